@@ -1,0 +1,181 @@
+//! Endpoint handlers. Each has the same shape: read and check its parameters in the order of its
+//! SPEC error table, then either read a snapshot or run a mutation under the user's lock, and
+//! return its fields. The envelope, statuses of internal errors and timing are added by `http`.
+
+mod analytics;
+mod attrs;
+mod auth;
+mod money;
+mod tree;
+
+use std::sync::Arc;
+
+use crate::app::App;
+use crate::auth::jwt::Identity;
+use crate::domain::engine::{Ctx, OpError};
+use crate::domain::num::Dec;
+use crate::domain::tree::{check_invariants, Account, AccountId, Tree};
+use crate::http::json::Obj;
+use crate::http::params::{NumVal, Params};
+use crate::http::response::ApiError;
+use crate::http::router::Ep;
+use crate::store::users::{mutation_writes, UserState};
+
+/// One request as a handler sees it.
+pub struct Rq {
+    pub params: Params,
+    pub ident: Option<Identity>,
+    pub now_us: i64,
+    pub has_auth: bool,
+}
+
+impl Rq {
+    pub fn now(&self) -> i64 {
+        self.now_us.div_euclid(1_000_000)
+    }
+    fn ident(&self) -> Result<&Identity, ApiError> {
+        self.ident.as_ref().ok_or_else(|| ApiError::Internal("protected endpoint without identity".into()))
+    }
+    fn user_id(&self) -> Result<&str, ApiError> {
+        self.ident().map(|i| i.user_id.as_str())
+    }
+    /// "Account not found" for endpoints whose status depends on the role (SPEC 3.6).
+    fn role_not_found(&self, msg: &str) -> ApiError {
+        let admin = self.ident.as_ref().is_some_and(|i| i.role == "admin");
+        ApiError::new(if admin { 404 } else { 403 }, msg)
+    }
+}
+
+pub async fn call(app: &App, ep: Ep, rq: &Rq) -> Result<Obj, ApiError> {
+    match ep {
+        Ep::Ping => Ok(Obj::new()),
+        Ep::Register => auth::register(app, rq).await,
+        Ep::Login => auth::login(app, rq).await,
+        Ep::GenerateToken => auth::generate_token(app, rq),
+        Ep::Deposit => money::deposit(app, rq).await,
+        Ep::Withdraw => money::withdraw(app, rq).await,
+        Ep::Distribute => money::distribute(app, rq).await,
+        Ep::MoveBalance => money::move_balance(app, rq).await,
+        Ep::AddSubAccount => tree::add_sub_account(app, rq).await,
+        Ep::SetChildAllocation => tree::set_child_allocation(app, rq).await,
+        Ep::Delete => tree::delete(app, rq).await,
+        Ep::ListChildAccounts => tree::list_child_accounts(app, rq).await,
+        Ep::ListAllAccounts => tree::list_all_accounts(app, rq).await,
+        Ep::FindByName => tree::find_by_name(app, rq).await,
+        Ep::FindByUuid => tree::find_by_uuid(app, rq).await,
+        Ep::GetBalance => analytics::get_balance(app, rq).await,
+        Ep::GetTransactions => analytics::get_transactions(app, rq).await,
+        Ep::TotalBalance => analytics::total_balance(app, rq).await,
+        Ep::TotalDue => analytics::total_due(app, rq).await,
+        Ep::DueWithinDays => analytics::due_within_days(app, rq).await,
+        Ep::Spending => analytics::range_query(app, rq, analytics::RangeQ::Spending).await,
+        Ep::TotalIncome => analytics::range_query(app, rq, analytics::RangeQ::Income).await,
+        Ep::AllocatedAmount => analytics::range_query(app, rq, analytics::RangeQ::Allocated).await,
+        Ep::IncomeUtilization => analytics::range_query(app, rq, analytics::RangeQ::Utilization).await,
+        Ep::WalkingAmount => analytics::walking_amount(app, rq).await,
+        Ep::MinimalTree => analytics::minimal_tree(app, rq).await,
+        Ep::ChangeStatus => attrs::change_status(app, rq).await,
+        Ep::GetStatus => attrs::get_status(app, rq).await,
+        Ep::SetPriority => attrs::set_priority(app, rq).await,
+        Ep::GetPriority => attrs::get_priority(app, rq).await,
+        Ep::SetDueDate => attrs::set_due_date(app, rq).await,
+        Ep::GetDueDate => attrs::get_due_date(app, rq).await,
+        Ep::SetFixedAmount => attrs::set_fixed_amount(app, rq).await,
+        Ep::GetFixedAmount => attrs::get_fixed_amount(app, rq).await,
+        Ep::SetAccountType => attrs::set_account_type(app, rq).await,
+        Ep::GetAccountType => attrs::get_account_type(app, rq).await,
+        Ep::SetFreq => attrs::set_freq(app, rq).await,
+        Ep::GetFreq => attrs::get_freq(app, rq).await,
+        Ep::SetPeriods => attrs::set_periods(app, rq).await,
+        Ep::GetPeriods => attrs::get_periods(app, rq).await,
+    }
+}
+
+pub const NO_TREE: &str = "User not found or unauthorized access";
+
+fn no_tree() -> ApiError {
+    ApiError::new(404, NO_TREE)
+}
+
+/// The caller's committed state, or 404 when the caller has no tree.
+async fn snapshot(app: &App, rq: &Rq) -> Result<Arc<UserState>, ApiError> {
+    app.users.snapshot(rq.user_id()?).await?.ok_or_else(no_tree)
+}
+
+fn find<'t>(tree: &'t Tree, uuid: &str, not_found: impl FnOnce() -> ApiError) -> Result<&'t Account, ApiError> {
+    tree.by_uuid_str(uuid).ok_or_else(not_found)
+}
+
+/// Maps engine failures; `not_active` is the endpoint's text for a non-active target.
+fn op_err(not_active: &str) -> impl Fn(OpError) -> ApiError + '_ {
+    move |e| match e {
+        OpError::NotActive => ApiError::bad(not_active),
+        OpError::TooLarge => ApiError::bad("amount is too large"),
+        OpError::Internal => ApiError::Internal("engine reached an impossible state".into()),
+    }
+}
+
+/// What a mutation closure returns: the response fields and the accounts it removed.
+pub struct Done {
+    pub fields: Obj,
+    pub removed: Vec<AccountId>,
+}
+
+impl From<Obj> for Done {
+    fn from(fields: Obj) -> Self {
+        Done { fields, removed: Vec::new() }
+    }
+}
+
+/// Runs `f` on a working copy of the caller's tree under the caller's lock; on success commits
+/// every change atomically and durably, then publishes the new state. On error nothing changes.
+async fn mutate<F>(app: &App, rq: &Rq, f: F) -> Result<Obj, ApiError>
+where
+    F: FnOnce(&mut Ctx, &UserState) -> Result<Done, ApiError>,
+{
+    let guard = app.users.lock(rq.user_id()?).await?;
+    let cur = guard.current.clone().ok_or_else(no_tree)?;
+    let mut tree = cur.tree.clone();
+    let mut ctx = Ctx::new(&mut tree, rq.now());
+    let done = f(&mut ctx, &cur)?;
+    let (records, dirty) = (std::mem::take(&mut ctx.records), std::mem::take(&mut ctx.dirty));
+    if cfg!(debug_assertions) {
+        check_invariants(&tree).map_err(|e| ApiError::Internal(format!("invariant broken: {e}")))?;
+    }
+    let mut user = cur.user.clone();
+    user.ledger = tree.ledger.clone();
+    let next = UserState { user, tree };
+    let writes = mutation_writes(app.users.store.as_ref(), &next, &dirty, &records, &done.removed)?;
+    guard.commit(writes, Some(Arc::new(next))).await?;
+    Ok(done.fields)
+}
+
+/// A number parameter read through its own messages.
+fn number(p: &Params, name: &str, required: Option<&str>, invalid: &str) -> Result<Option<Dec>, ApiError> {
+    match p.num(name)? {
+        NumVal::Missing => match required {
+            Some(msg) => Err(ApiError::bad(msg)),
+            None => Ok(None),
+        },
+        NumVal::NotNumeric => Err(ApiError::bad(invalid)),
+        NumVal::Num(d) => Ok(Some(d)),
+    }
+}
+
+/// A whole number in `[min, max]`, else `invalid`.
+fn integral(d: &Dec, min: i64, max: i64, invalid: &str) -> Result<i64, ApiError> {
+    let v = if d.is_integral() && !d.abs_gt(i128::from(max.max(min.abs())), 0) {
+        d.rounded_abs(0).and_then(|v| i64::try_from(v).ok()).map(|v| if d.is_negative() { -v } else { v })
+    } else {
+        None
+    };
+    v.filter(|v| (min..=max).contains(v)).ok_or_else(|| ApiError::bad(invalid))
+}
+
+/// A value in `[0, max]` (millionths) rounded to 6 decimals; the range check is exact.
+fn millionths(d: &Dec, max_millionths: i128, invalid: &str) -> Result<i64, ApiError> {
+    if d.is_negative() || d.abs_gt(max_millionths, 6) {
+        return Err(ApiError::bad(invalid));
+    }
+    d.rounded_abs(6).and_then(|v| i64::try_from(v).ok()).ok_or_else(|| ApiError::bad(invalid))
+}

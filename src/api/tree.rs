@@ -1,0 +1,256 @@
+//! /add_sub_account, /set_child_allocation, /delete and the listing and finding endpoints
+//! (SPEC 7).
+
+use std::sync::Arc;
+
+use super::{find, integral, millionths, mutate, number, op_err, snapshot, Done, Rq};
+use crate::app::App;
+use crate::domain::dates::parse_date;
+use crate::domain::frac::Frac;
+use crate::domain::num::fmt_scaled;
+use crate::domain::tree::{fmt_uuid, Account, Grand, Kind, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN, MAX_DEPTH};
+use crate::http::json::{array, Obj};
+use crate::http::params::{check_len, money_cents};
+use crate::http::response::ApiError;
+use crate::store::users::user_deletion_writes;
+
+/// Largest priority, in millionths (1e9).
+pub const PRIORITY_MAX_MICRO: i128 = 1_000_000_000_000_000;
+/// Largest frequency in days (D17).
+pub const FREQ_MAX_DAYS: i64 = 36_500;
+
+/// Canonical statuses are matched case-insensitively and stored lowercase; other labels verbatim.
+pub fn normalise_status(s: &str) -> String {
+    let lower = s.to_ascii_lowercase();
+    if matches!(lower.as_str(), "active" | "inactive" | "closed") {
+        lower
+    } else {
+        s.to_string()
+    }
+}
+
+pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+    let p = &rq.params;
+    let parent_uuid = p.req_str("parent_uuid", "uuid is required")?;
+    let name = p.req_str("name", "name is required")?;
+    let bad_alloc = "Invalid allocation: must be a number between 0 and 1";
+    let allocation = number(p, "allocation", None, bad_alloc)?.map(|d| millionths(&d, ALLOC_ONE.into(), bad_alloc)).transpose()?.unwrap_or(0);
+    let bad_prio = "Invalid priority: must be a non-negative integer";
+    let priority = number(p, "priority", None, bad_prio)?.map(|d| millionths(&d, PRIORITY_MAX_MICRO, bad_prio)).transpose()?.unwrap_or(0);
+    let bad_fixed = "Invalid fixed amount: must be a non-negative number";
+    let fixed = match number(p, "fixed_amount", None, bad_fixed)? {
+        None => 0,
+        Some(d) if d.is_negative() => return Err(ApiError::bad(bad_fixed)),
+        Some(d) => money_cents("fixed_amount", &d)?,
+    };
+    let bad_freq = "Invalid frequency: must be a non-negative integer";
+    let freq = number(p, "freq", None, bad_freq)?.map(|d| integral(&d, 0, FREQ_MAX_DAYS, bad_freq)).transpose()?;
+    let due = match p.str("due_date")? {
+        None => None,
+        Some(s) => Some(parse_date(&s).ok_or_else(|| ApiError::bad("Invalid due date: must be a valid date"))?),
+    };
+    let account_type = p.str("account_type")?;
+    let status = p.str("status")?;
+    check_len("name", Some(&name), 128)?;
+    check_len("account_type", account_type.as_deref(), 64)?;
+    check_len("status", status.as_deref(), 64)?;
+    let status = if allocation == 0 { "inactive".to_string() } else { status.map_or_else(|| "active".into(), |s| normalise_status(&s)) };
+    mutate(app, rq, |ctx, _| {
+        let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
+        let pid = parent.uuid;
+        if parent.children.iter().filter_map(|c| ctx.tree.get(*c)).any(|c| c.name == name) {
+            return Err(ApiError::bad("Account name already exists under this parent"));
+        }
+        if ctx.tree.depth(pid) + 1 > MAX_DEPTH {
+            return Err(ApiError::bad("Maximum account depth exceeded"));
+        }
+        if parent.children.len() >= MAX_CHILDREN {
+            return Err(ApiError::bad("Too many child accounts under this parent"));
+        }
+        if ctx.tree.accounts.len() >= MAX_ACCOUNTS {
+            return Err(ApiError::bad("Too many accounts in this tree"));
+        }
+        if ctx.tree.total_allocation(pid) + allocation > ALLOC_ONE {
+            return Err(ApiError::bad(
+                "Child account not added: Total allocation exceeds 100%. Please adjust the allocations.",
+            ));
+        }
+        let kind = if parent.kind == Kind::Main { Kind::Child } else { Kind::Grandchild };
+        let parent_name = parent.name.clone();
+        let id = uuid::Uuid::new_v4().as_u128();
+        let grand = (kind == Kind::Grandchild).then(|| Grand {
+            due_date: due,
+            fixed_amount: fixed,
+            amount_due: fixed,
+            account_type: account_type.clone().unwrap_or_else(|| "Expense".into()),
+            freq: freq.map(|f| f as u32),
+            periods: Frac::ONE,
+        });
+        let own_due = grand.as_ref().map_or(0, |g| i128::from(g.amount_due));
+        let acc = Account {
+            uuid: id,
+            name: name.clone(),
+            kind,
+            parent: Some(pid),
+            children: Vec::new(),
+            balance: 0,
+            allocation,
+            priority,
+            status: status.clone(),
+            grand,
+            log_len: 0,
+            sub_balance: 0,
+            sub_due: own_due,
+            days: Default::default(),
+            track: Default::default(),
+        };
+        ctx.tree.accounts.insert(id, Arc::new(acc));
+        ctx.dirty.insert(id);
+        ctx.acc_mut(pid).map_err(op_err(""))?.children.push(id);
+        ctx.add_due(pid, own_due).map_err(op_err(""))?;
+        Ok(Done::from(
+            Obj::new()
+                .str("message", &format!("{name} added under {parent_name}"))
+                .str("uuid", &fmt_uuid(id))
+                .str("child_type", kind.wire())
+                .num("allocation", &fmt_scaled(allocation.into(), 6)),
+        ))
+    })
+    .await
+}
+
+pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+    let p = &rq.params;
+    let parent_uuid = p.req_str("parent_uuid", "parent uuid is required")?;
+    let child_name = p.req_str("child_name", "child_name is required")?;
+    check_len("child_name", Some(&child_name), 128)?;
+    let bad = "Allocation must be a number between 0 and 1";
+    let d = number(p, "allocation", Some("Allocation is required"), bad)?.ok_or_else(|| ApiError::bad("Allocation is required"))?;
+    let allocation = millionths(&d, ALLOC_ONE.into(), bad)?;
+    mutate(app, rq, |ctx, _| {
+        let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
+        let pid = parent.uuid;
+        let child = parent
+            .children
+            .iter()
+            .filter_map(|c| ctx.tree.get(*c))
+            .find(|c| c.name == child_name)
+            .ok_or_else(|| ApiError::new(404, "Child account not found under parent"))?;
+        let cid = child.uuid;
+        let others = ctx.tree.total_allocation(pid) - child.allocation;
+        if others + allocation > ALLOC_ONE {
+            return Err(ApiError::bad(
+                "Allocation not set: Total allocation exceeds 100%. Please adjust the allocations.",
+            ));
+        }
+        let c = ctx.acc_mut(cid).map_err(op_err(""))?;
+        c.allocation = allocation;
+        if allocation == 0 && c.status != "closed" {
+            c.status = "inactive".into();
+        }
+        let total = ctx.tree.total_allocation(pid);
+        Ok(Done::from(
+            Obj::new()
+                .str("message", &format!("Allocation for {child_name} updated to {}", fmt_scaled(allocation.into(), 6)))
+                .num("total_allocation", &fmt_scaled(total.into(), 6)),
+        ))
+    })
+    .await
+}
+
+pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+    let uuid = rq.params.req_str("uuid", "Account UUID is required")?;
+    let user_id = rq.user_id()?.to_string();
+    let no_user = || ApiError::new(404, format!("Account for user_id '{user_id}' does not exist."));
+    let not_found = || ApiError::new(404, format!("Account with uuid {uuid} not found"));
+    {
+        // The main account removes the whole user: its own commit path.
+        let guard = app.users.lock(&user_id).await?;
+        let cur = guard.current.clone().ok_or_else(no_user)?;
+        let acc = find(&cur.tree, &uuid, not_found)?;
+        if acc.uuid == cur.tree.root {
+            let writes = user_deletion_writes(app.users.store.as_ref(), &cur.user)?;
+            guard.commit(writes, None).await?;
+            return Ok(Obj::new()
+                .str("uuid", &uuid)
+                .str("message", &format!("Account for user_id '{user_id}' deleted successfully.")));
+        }
+    }
+    let res = mutate(app, rq, |ctx, _| {
+        let x = find(ctx.tree, &uuid, not_found)?.uuid;
+        if x == ctx.tree.root {
+            return Err(ApiError::Internal("main account reached the sub-account path".into()));
+        }
+        let removed = ctx.delete_sub(x).map_err(op_err(""))?;
+        Ok(Done {
+            fields: Obj::new()
+                .str("uuid", &uuid)
+                .str("message", &format!("Account with UUID '{uuid}' deleted successfully.")),
+            removed,
+        })
+    })
+    .await;
+    // Between the two lock holds the user may have been deleted by another request.
+    match res {
+        Err(ApiError::Client(404, m, _)) if m == super::NO_TREE => Err(no_user()),
+        other => other,
+    }
+}
+
+pub async fn list_child_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+    let uuid = rq.params.req_str("uuid", "uuid is required")?;
+    let st = snapshot(app, rq).await?;
+    let a = find(&st.tree, &uuid, || rq.role_not_found("Parent account not found or unauthorized"))?;
+    let names: Vec<&str> = a.children.iter().filter_map(|c| st.tree.get(*c)).map(|c| c.name.as_str()).collect();
+    Ok(Obj::new()
+        .str("uuid", &uuid)
+        .str("account_name", &a.name)
+        .str_array("child_account_names", &names)
+        .int("child_count", names.len() as i128))
+}
+
+pub async fn list_all_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+    let uuid = rq.params.req_str("uuid", "uuid is required")?;
+    let st = snapshot(app, rq).await?;
+    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    let order = st.tree.list_all(a.uuid);
+    let names: Vec<&str> = order.iter().filter_map(|c| st.tree.get(*c)).map(|c| c.name.as_str()).collect();
+    Ok(Obj::new().str("uuid", &uuid).int("total_accounts", names.len() as i128).str_array("account_names", &names))
+}
+
+pub async fn find_by_name(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+    let name = rq.params.req_str("name", "name is required")?;
+    check_len("name", Some(&name), 128)?;
+    let st = snapshot(app, rq).await?;
+    let t = &st.tree;
+    let matches: Vec<String> = t
+        .preorder(t.root)
+        .into_iter()
+        .filter_map(|id| t.get(id))
+        .filter(|a| a.name == name)
+        .map(|a| Obj::new().str("uuid", &fmt_uuid(a.uuid)).str("name", &a.name).str("path", &t.path(a.uuid)).finish())
+        .collect();
+    let n = matches.len();
+    Ok(Obj::new().str("search_name", &name).raw("matches", &array(matches)).int("total_matches", n as i128))
+}
+
+pub async fn find_by_uuid(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+    let uuid = rq.params.req_str("uuid", "UUID is required")?;
+    let st = snapshot(app, rq).await?;
+    let t = &st.tree;
+    let a = find(t, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    let mut o = Obj::new()
+        .str("uuid", &uuid)
+        .str("name", &a.name)
+        .str("path", &t.path(a.uuid))
+        .str("type", a.kind.wire())
+        .money("balance", a.balance.into())
+        .money("total_balance", a.sub_balance);
+    o = match &a.grand {
+        Some(g) => o.money("amount_due", g.amount_due.into()),
+        None => o.null("amount_due"),
+    };
+    o = o.money("total_amount_due", a.sub_due);
+    o = if a.is_child_kind() { o.num("allocation", &fmt_scaled(a.allocation.into(), 6)) } else { o.null("allocation") };
+    Ok(o.opt_str("parent_uuid", a.parent.map(fmt_uuid).as_deref()))
+}

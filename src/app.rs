@@ -1,0 +1,82 @@
+//! The shared state of a running service: configuration, clock, storage, auth and limits.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::auth::jwt::Jwt;
+use crate::auth::limits::{Backoff, RateLimiter};
+use crate::auth::password::Passwords;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::store::sled_store::SledStore;
+use crate::store::users::Users;
+
+pub struct App {
+    pub cfg: Config,
+    pub clock: Arc<dyn Clock>,
+    pub users: Users,
+    pub jwt: Jwt,
+    pub passwords: Passwords,
+    pub user_limiter: RateLimiter,
+    pub ip_limiter: RateLimiter,
+    pub auth_backoff: Backoff,
+    pub login_backoff: Backoff,
+}
+
+/// Reads `<dir>/jwt_secret`, creating it from 32 random bytes (hex, mode 0600) when missing.
+fn stored_secret(dir: &Path) -> std::io::Result<String> {
+    let path = dir.join("jwt_secret");
+    if let Ok(s) = std::fs::read_to_string(&path) {
+        let s = s.trim().to_string();
+        if !s.is_empty() {
+            return Ok(s);
+        }
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    use std::io::Write;
+    let mut f = opts.open(&path)?;
+    f.write_all(hex.as_bytes())?;
+    f.sync_all()?;
+    tracing::info!(path = %path.display(), "generated a new JWT secret");
+    Ok(hex)
+}
+
+impl App {
+    pub fn open(cfg: Config, clock: Arc<dyn Clock>) -> Result<Arc<App>, Box<dyn std::error::Error + Send + Sync>> {
+        std::fs::create_dir_all(&cfg.data_dir)?;
+        let secret = match cfg.jwt_secret.as_deref() {
+            Some(s) if !s.is_empty() => {
+                if s.len() < 32 {
+                    tracing::warn!("JWT_SECRET is shorter than 32 bytes");
+                }
+                s.to_string()
+            }
+            _ => stored_secret(&cfg.data_dir)?,
+        };
+        let store = Arc::new(SledStore::open(&cfg.data_dir)?);
+        Ok(Arc::new(App {
+            users: Users::new(store),
+            jwt: Jwt::new(secret.as_bytes()),
+            passwords: Passwords::default(),
+            user_limiter: RateLimiter::new(cfg.max_requests, cfg.window_size),
+            ip_limiter: RateLimiter::new(cfg.max_requests, cfg.window_size),
+            auth_backoff: Backoff::default(),
+            login_backoff: Backoff::default(),
+            cfg,
+            clock,
+        }))
+    }
+
+    pub fn now_secs_f64(&self) -> f64 {
+        self.clock.now_micros() as f64 / 1e6
+    }
+}

@@ -1,0 +1,61 @@
+//! Configuration (SPEC 14.1, 14.4): every environment variable has a flag; a flag wins.
+
+use std::path::PathBuf;
+
+use clap::builder::BoolishValueParser;
+use clap::Parser;
+
+#[derive(Parser, Debug, Clone)]
+#[command(name = "pfm", version, about = "pfm: personal finance manager service (HTTP + JSON)")]
+pub struct Config {
+    /// Listening address (0.0.0.0 for all interfaces)
+    #[arg(long, env = "HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Listening port
+    #[arg(long, env = "PORT", default_value_t = 8000)]
+    pub port: u16,
+    /// Data directory (created when missing)
+    #[arg(long = "data-dir", env = "ACCOUNT_BASE_DIR", default_value = "user_accounts")]
+    pub data_dir: PathBuf,
+    /// HMAC secret for tokens; when unset, one is generated in <data dir>/jwt_secret
+    #[arg(long, env = "JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// Requests allowed per key per window
+    #[arg(long, env = "MAX_REQUESTS", default_value_t = 180_000)]
+    pub max_requests: u64,
+    /// Rate-limit window in seconds
+    #[arg(long, env = "WINDOW_SIZE", default_value_t = 3600)]
+    pub window_size: u64,
+    /// Lifetime of tokens issued by /login, in seconds
+    #[arg(long, env = "TOKEN_TTL_SECONDS", default_value_t = 3600)]
+    pub token_ttl_seconds: u64,
+    /// Enable /generate_access_token (test and benchmark environments only)
+    #[arg(long, env = "TOKEN_ENDPOINT_ENABLED", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub token_endpoint_enabled: bool,
+    /// Use the first X-Forwarded-For address as the client IP
+    #[arg(long, env = "TRUST_PROXY", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub trust_proxy: bool,
+    /// Enable CORS for this origin (or *)
+    #[arg(long, env = "CORS_ALLOW_ORIGIN")]
+    pub cors_allow_origin: Option<String>,
+}
+
+impl Config {
+    /// Defaults for in-process use (tests, benchmarks): port 0 on loopback.
+    pub fn for_dir(dir: impl Into<PathBuf>) -> Config {
+        Config {
+            host: "127.0.0.1".into(),
+            port: 0,
+            data_dir: dir.into(),
+            jwt_secret: None,
+            max_requests: 180_000,
+            window_size: 3600,
+            token_ttl_seconds: 3600,
+            token_endpoint_enabled: false,
+            trust_proxy: false,
+            cors_allow_origin: None,
+        }
+    }
+}

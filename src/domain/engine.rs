@@ -1,0 +1,470 @@
+//! The money engine of SPEC 10: ledger primitives, deposit, split, capping and surplus return,
+//! rollover, withdrawals, transfers, distribution, deletion. Pure: it mutates a working copy of
+//! a [`Tree`] and collects the new transaction records; the caller commits or discards both.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::dates::{day_of, DAY_SECS};
+use super::tree::{Account, AccountId, Kind, TrackRow, Tree};
+
+/// One transaction record (SPEC 2.6).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TxRecord {
+    pub deposit: bool,
+    pub by: String,
+    pub id: String,
+    pub channel: String,
+    pub amount: i64,
+    pub balance: i64,
+    pub amount_due: i128,
+    pub overall_balance: i128,
+    pub date: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpError {
+    /// A child-kind target is not `active` (deposit 12, move_balance 11).
+    NotActive,
+    /// A stored value would leave signed 64-bit cents (14.3).
+    TooLarge,
+    /// An id that must exist does not: a bug, answered as 500.
+    Internal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    External,
+    Transfer,
+    Share,
+    Surplus,
+}
+
+pub const CH_SPLIT: &str = "Allocation to child accounts";
+pub const CH_UP: &str = "Returned Extra Allocation-up";
+pub const CH_DOWN: &str = "Returned Extra Allocation-down";
+pub const CH_TRANSFER: &str = "Internal Transfer";
+
+/// `SYS` + 10 uppercase hex characters, random (10.2).
+pub fn generate_id() -> String {
+    let b = uuid::Uuid::new_v4().into_bytes();
+    let mut s = String::with_capacity(13);
+    s.push_str("SYS");
+    for x in &b[..5] {
+        s.push_str(&format!("{x:02X}"));
+    }
+    s
+}
+
+/// A mutation in progress: the working tree, the clock reading and everything written so far.
+pub struct Ctx<'a> {
+    pub tree: &'a mut Tree,
+    pub now: i64,
+    /// New records in creation order, with the account they belong to.
+    pub records: Vec<(AccountId, TxRecord)>,
+    /// Accounts whose stored form changed.
+    pub dirty: BTreeSet<AccountId>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(tree: &'a mut Tree, now: i64) -> Self {
+        Ctx { tree, now, records: Vec::new(), dirty: BTreeSet::new() }
+    }
+
+    pub fn acc(&self, id: AccountId) -> Result<&Account, OpError> {
+        self.tree.get(id).ok_or(OpError::Internal)
+    }
+
+    pub fn acc_mut(&mut self, id: AccountId) -> Result<&mut Account, OpError> {
+        self.dirty.insert(id);
+        self.tree.accounts.get_mut(&id).map(Arc::make_mut).ok_or(OpError::Internal)
+    }
+
+    /// Adds `delta` to the subtree balance of `id` and all its ancestors.
+    fn bubble_balance(&mut self, id: AccountId, delta: i128) -> Result<(), OpError> {
+        let mut cur = Some(id);
+        while let Some(c) = cur {
+            let a = self.acc_mut(c)?;
+            a.sub_balance += delta;
+            cur = a.parent;
+        }
+        Ok(())
+    }
+
+    /// Adds `delta` to the subtree amount due of `id` and all its ancestors.
+    pub fn add_due(&mut self, id: AccountId, delta: i128) -> Result<(), OpError> {
+        let mut cur = Some(id);
+        while let Some(c) = cur {
+            let a = self.acc_mut(c)?;
+            a.sub_due += delta;
+            cur = a.parent;
+        }
+        Ok(())
+    }
+
+    pub fn set_amount_due(&mut self, id: AccountId, v: i64) -> Result<(), OpError> {
+        let a = self.acc_mut(id)?;
+        let g = a.grand.as_mut().ok_or(OpError::Internal)?;
+        let delta = i128::from(v) - i128::from(g.amount_due);
+        g.amount_due = v;
+        if delta != 0 {
+            self.add_due(id, delta)?;
+        }
+        Ok(())
+    }
+
+    /// The ledger primitives CREDIT and DEBIT (10.1). Returns the id written.
+    #[allow(clippy::too_many_arguments)]
+    fn post(
+        &mut self,
+        x: AccountId,
+        deposit: bool,
+        a: i64,
+        by: &str,
+        channel: &str,
+        id: Option<&str>,
+        date: i64,
+    ) -> Result<String, OpError> {
+        if a <= 0 {
+            return Err(OpError::Internal);
+        }
+        let id = id.map_or_else(generate_id, str::to_string);
+        let acc = self.acc_mut(x)?;
+        acc.balance = if deposit { acc.balance.checked_add(a) } else { acc.balance.checked_sub(a) }
+            .ok_or(OpError::TooLarge)?;
+        if acc.balance < 0 {
+            return Err(OpError::Internal);
+        }
+        let day = acc.days.entry(day_of(date)).or_default();
+        let amt = i128::from(a);
+        if deposit {
+            day.dep_all += amt;
+            if by == "User" {
+                day.dep_user += amt;
+            }
+            if by == "User"
+                || (by == "System"
+                    && channel.to_ascii_lowercase().contains("returned extra allocation-up"))
+            {
+                day.dep_alloc += amt;
+            }
+        } else if by == "User" {
+            day.wd_user += amt;
+        }
+        acc.log_len += 1;
+        self.bubble_balance(x, if deposit { amt } else { -amt })?;
+        let acc = self.acc(x)?;
+        let rec = TxRecord {
+            deposit,
+            by: by.to_string(),
+            id: id.clone(),
+            channel: channel.to_string(),
+            amount: a,
+            balance: acc.balance,
+            amount_due: acc.sub_due,
+            overall_balance: acc.sub_balance,
+            date,
+        };
+        self.records.push((x, rec));
+        Ok(id)
+    }
+
+    pub fn credit(
+        &mut self,
+        x: AccountId,
+        a: i64,
+        by: &str,
+        channel: &str,
+        id: Option<&str>,
+        date: i64,
+    ) -> Result<String, OpError> {
+        self.post(x, true, a, by, channel, id, date)
+    }
+
+    pub fn debit(
+        &mut self,
+        x: AccountId,
+        a: i64,
+        by: &str,
+        channel: &str,
+        id: Option<&str>,
+        date: i64,
+    ) -> Result<String, OpError> {
+        self.post(x, false, a, by, channel, id, date)
+    }
+
+    /// TRACK(G): the latest row of the wall-clock day replaces earlier rows of that day, since
+    /// only the latest row inside a range is ever read.
+    fn track(&mut self, g: AccountId) -> Result<(), OpError> {
+        let day = day_of(self.now);
+        let a = self.acc_mut(g)?;
+        let row = TrackRow { amount_due: a.own_due(), balance: a.balance };
+        a.track.insert(day, row);
+        Ok(())
+    }
+
+    /// need(G) = target(periods, fixed) - balance (10.1).
+    pub fn need(&self, g: AccountId) -> Result<i64, OpError> {
+        let a = self.acc(g)?;
+        let gr = a.grand.as_ref().ok_or(OpError::Internal)?;
+        let need = gr.periods.times_round(gr.fixed_amount) - i128::from(a.balance);
+        i64::try_from(need).map_err(|_| OpError::TooLarge)
+    }
+
+    /// ROLLOVER(G, d) of 10.6 (catch-up of every missed period, D12).
+    pub fn rollover(&mut self, g: AccountId, d: i64) -> Result<(), OpError> {
+        let a = self.acc(g)?;
+        let Some(gr) = a.grand.as_ref() else { return Ok(()) };
+        let (Some(due), Some(freq)) = (gr.due_date, gr.freq) else { return Ok(()) };
+        if gr.account_type != "Bill" || freq < 1 || d <= due {
+            return Ok(());
+        }
+        let period = i64::from(freq) * DAY_SECS;
+        let k = (d - due + period - 1) / period;
+        let new_due = due.checked_add(k.checked_mul(period).ok_or(OpError::TooLarge)?);
+        let new_periods = gr.periods.add_int(k).ok_or(OpError::TooLarge)?;
+        let fixed = gr.fixed_amount;
+        let a = self.acc_mut(g)?;
+        if a.status != "closed" {
+            a.status = "active".to_string();
+        }
+        let gr = a.grand.as_mut().ok_or(OpError::Internal)?;
+        gr.due_date = Some(new_due.ok_or(OpError::TooLarge)?);
+        gr.periods = new_periods;
+        if fixed > 0 {
+            let n = self.need(g)?;
+            self.set_amount_due(g, n)?;
+        }
+        Ok(())
+    }
+
+    /// DEPOSIT(X, a, id, by, channel, d, mode) of 10.3.
+    #[allow(clippy::too_many_arguments)]
+    pub fn deposit(
+        &mut self,
+        x: AccountId,
+        a: i64,
+        id: Option<&str>,
+        by: &str,
+        channel: &str,
+        d: i64,
+        mode: Mode,
+    ) -> Result<(), OpError> {
+        let kind = self.acc(x)?.kind;
+        let checks_status = matches!(mode, Mode::External | Mode::Transfer);
+        match kind {
+            Kind::Main => {
+                let used = self.credit(x, a, by, channel, id, d)?;
+                self.split(x, a, Some(&used), "System")
+            }
+            Kind::Child => {
+                if checks_status && self.acc(x)?.status != "active" {
+                    return Err(OpError::NotActive);
+                }
+                let used = self.credit(x, a, by, channel, id, d)?;
+                if mode != Mode::Surplus {
+                    self.split(x, a, Some(&used), "System")?;
+                }
+                Ok(())
+            }
+            Kind::Grandchild => {
+                self.rollover(x, d)?;
+                if checks_status && self.acc(x)?.status != "active" {
+                    return Err(OpError::NotActive);
+                }
+                let fixed = self.acc(x)?.grand.as_ref().map_or(0, |g| g.fixed_amount);
+                let need = if fixed > 0 { self.need(x)? } else { 0 };
+                if fixed > 0 && a >= need {
+                    let c = need.max(0);
+                    if c > 0 {
+                        let used = self.credit(x, c, by, channel, id, d)?;
+                        if mode != Mode::Surplus {
+                            self.split(x, c, Some(&used), "System")?;
+                        }
+                    }
+                    let acc = self.acc_mut(x)?;
+                    if acc.status != "closed" {
+                        acc.status = "inactive".to_string();
+                    }
+                    self.set_amount_due(x, 0)?;
+                    let s = a - c;
+                    if s > 0 {
+                        let parent = self.acc(x)?.parent.ok_or(OpError::Internal)?;
+                        self.return_surplus(parent, s, by)?;
+                    }
+                    self.track(x)
+                } else {
+                    let used = self.credit(x, a, by, channel, id, d)?;
+                    if mode != Mode::Surplus {
+                        self.split(x, a, Some(&used), "System")?;
+                    }
+                    if fixed > 0 {
+                        let n = self.need(x)?;
+                        self.set_amount_due(x, n)?;
+                    }
+                    self.track(x)
+                }
+            }
+        }
+    }
+
+    /// RETURN_SURPLUS(Q, s, origin_by) of 10.5.
+    fn return_surplus(&mut self, q: AccountId, s: i64, origin_by: &str) -> Result<(), OpError> {
+        let channel = if origin_by == "User" { CH_UP } else { CH_DOWN };
+        let now = self.now;
+        match self.acc(q)?.kind {
+            Kind::Child => self.credit(q, s, "System", channel, None, now).map(|_| ()),
+            Kind::Grandchild => self.deposit(q, s, None, "System", channel, now, Mode::Surplus),
+            Kind::Main => Err(OpError::Internal),
+        }
+    }
+
+    /// Step 2 of SPLIT: roll every grandchild-kind child over at `now`.
+    pub fn rollover_children(&mut self, p: AccountId) -> Result<(), OpError> {
+        let children = self.acc(p)?.children.clone();
+        let now = self.now;
+        for c in children {
+            if self.acc(c)?.kind == Kind::Grandchild {
+                self.rollover(c, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Active children sorted by priority, highest first, insertion order among equals.
+    pub fn active_children(&self, p: AccountId) -> Result<Vec<AccountId>, OpError> {
+        let mut e: Vec<(i64, AccountId)> = Vec::new();
+        for c in &self.acc(p)?.children {
+            let ca = self.acc(*c)?;
+            if ca.status == "active" {
+                e.push((ca.priority, *c));
+            }
+        }
+        e.sort_by_key(|(prio, _)| std::cmp::Reverse(*prio));
+        Ok(e.into_iter().map(|(_, c)| c).collect())
+    }
+
+    /// SPLIT(P, a, id, by) of 10.4.
+    pub fn split(&mut self, p: AccountId, a: i64, id: Option<&str>, by: &str) -> Result<(), OpError> {
+        if self.acc(p)?.children.is_empty() {
+            return Ok(());
+        }
+        self.rollover_children(p)?;
+        let e = self.active_children(p)?;
+        let Some(&first) = e.first() else { return Ok(()) };
+        let now = self.now;
+        let p_name = self.acc(p)?.name.clone();
+        let from = format!("Allocation from {p_name}");
+        let p_is_grand = self.acc(p)?.kind == Kind::Grandchild;
+        if a < 10 {
+            let to = format!("Allocation to {}", self.acc(first)?.name);
+            self.debit(p, a, by, &to, None, now)?;
+            if p_is_grand {
+                self.track(p)?;
+            }
+            return self.deposit(first, a, id, by, &from, now, Mode::Share);
+        }
+        let weights: Vec<i64> = e.iter().map(|c| self.acc(*c).map(|x| x.allocation)).collect::<Result<_, _>>()?;
+        let Some(shares) = largest_remainder(a, &weights) else { return Ok(()) };
+        self.debit(p, a, by, CH_SPLIT, None, now)?;
+        if p_is_grand {
+            self.track(p)?;
+        }
+        for (c, share) in e.into_iter().zip(shares) {
+            if share > 0 {
+                self.deposit(c, share, id, by, &from, now, Mode::Share)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// WITHDRAW of 10.7 (funds already checked by the caller).
+    pub fn withdraw(&mut self, x: AccountId, a: i64, by: &str, channel: &str, id: Option<&str>, d: i64) -> Result<(), OpError> {
+        self.debit(x, a, by, channel, id, d)?;
+        self.after_user_debit(x, a)
+    }
+
+    /// Periods bookkeeping after a withdrawal or transfer out of a grandchild (10.7, 10.8).
+    fn after_user_debit(&mut self, x: AccountId, a: i64) -> Result<(), OpError> {
+        let acc = self.acc_mut(x)?;
+        if let Some(g) = acc.grand.as_mut() {
+            if g.fixed_amount > 0 {
+                g.periods = g.periods.sub_ratio(a, g.fixed_amount).ok_or(OpError::TooLarge)?;
+            }
+            self.track(x)?;
+        }
+        Ok(())
+    }
+
+    /// /move_balance effects (10.8).
+    pub fn transfer(&mut self, from: AccountId, to: AccountId, a: i64) -> Result<(), OpError> {
+        let now = self.now;
+        self.debit(from, a, "System", CH_TRANSFER, None, now)?;
+        self.after_user_debit(from, a)?;
+        self.deposit(to, a, None, "System", CH_TRANSFER, now, Mode::Transfer)
+    }
+
+    /// Deletes sub-account `x` and its subtree; its money goes to the parent (10.17).
+    /// Returns the removed account ids.
+    pub fn delete_sub(&mut self, x: AccountId) -> Result<Vec<AccountId>, OpError> {
+        let acc = self.acc(x)?;
+        let parent = acc.parent.ok_or(OpError::Internal)?;
+        let name = acc.name.clone();
+        let (b, due) = (acc.sub_balance, acc.sub_due);
+        let removed = self.tree.preorder(x);
+        self.acc_mut(parent)?.children.retain(|c| *c != x);
+        for r in &removed {
+            self.tree.accounts.remove(r);
+            self.dirty.remove(r);
+        }
+        self.bubble_balance(parent, -b)?;
+        self.add_due(parent, -due)?;
+        if b > 0 {
+            let b = i64::try_from(b).map_err(|_| OpError::TooLarge)?;
+            let now = self.now;
+            self.credit(parent, b, "System", &format!("Returned from deleted account {name}"), None, now)?;
+        }
+        Ok(removed)
+    }
+}
+
+/// Largest-remainder shares of `amount` by `weights` (10.4.1); `None` when all weights are 0.
+pub fn largest_remainder(amount: i64, weights: &[i64]) -> Option<Vec<i64>> {
+    let w_sum: i128 = weights.iter().map(|w| i128::from(*w)).sum();
+    if w_sum <= 0 {
+        return None;
+    }
+    let a = i128::from(amount);
+    let mut shares: Vec<i128> = Vec::with_capacity(weights.len());
+    let mut rems: Vec<(i128, usize)> = Vec::with_capacity(weights.len());
+    for (i, w) in weights.iter().enumerate() {
+        let p = a * i128::from(*w);
+        shares.push(p / w_sum);
+        rems.push((p % w_sum, i));
+    }
+    let left = a - shares.iter().sum::<i128>();
+    // Largest remainder first; ties go to the earlier child (stable sort keeps index order).
+    rems.sort_by_key(|(r, _)| std::cmp::Reverse(*r));
+    for (_, i) in rems.iter().take(left as usize) {
+        shares[*i] += 1;
+    }
+    shares.into_iter().map(|s| i64::try_from(s).ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_examples() {
+        // S1
+        assert_eq!(largest_remainder(123_457, &[500_000, 300_000, 200_000]).unwrap(), vec![61_729, 37_037, 24_691]);
+        // S2
+        assert_eq!(largest_remainder(10_000, &[400_000, 200_000]).unwrap(), vec![6_667, 3_333]);
+        // S3
+        assert_eq!(largest_remainder(10_000, &[333_333; 3]).unwrap(), vec![3_334, 3_333, 3_333]);
+        // S4
+        assert_eq!(largest_remainder(16, &[100_000; 10]).unwrap(), vec![2, 2, 2, 2, 2, 2, 1, 1, 1, 1]);
+        assert!(largest_remainder(100, &[0, 0]).is_none());
+    }
+}

@@ -1,0 +1,364 @@
+//! The account tree of one user (SPEC 2) with its precomputed aggregates, and the pure read-only
+//! questions asked of it (traversals 10.16, totals 10.12-10.13, range analytics 10.15).
+//!
+//! Every account carries, next to its own fields, the subtree totals (balance and amount due) and
+//! per-day sums of the quantities the range queries need, so no read scans transaction history.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::frac::Frac;
+use super::num::{div_round, fmt_scaled};
+
+pub type AccountId = u128;
+
+/// Deepest allowed account (main is depth 0), SPEC 14.2.
+pub const MAX_DEPTH: usize = 8;
+/// Children per account, SPEC 14.2.
+pub const MAX_CHILDREN: usize = 100;
+/// Accounts per tree including main, SPEC 14.2.
+pub const MAX_ACCOUNTS: usize = 1000;
+/// Allocation 1.0 in millionths.
+pub const ALLOC_ONE: i64 = 1_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    Main,
+    Child,
+    Grandchild,
+}
+
+impl Kind {
+    pub fn wire(self) -> &'static str {
+        match self {
+            Kind::Main => "MainAccount",
+            Kind::Child => "ChildAccount",
+            Kind::Grandchild => "GrandchildAccount",
+        }
+    }
+}
+
+/// Per-day sums of one account's own records, keyed by the day of the record's `Date`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaySums {
+    /// Deposits with `By` exactly `User` (total_income).
+    pub dep_user: i128,
+    /// Withdrawals with `By` exactly `User` (spending).
+    pub wd_user: i128,
+    /// All deposits (allocated_amount, own part).
+    pub dep_all: i128,
+    /// Deposits that count for an ancestor's allocated_amount: `By User`, or `By System` with a
+    /// `returned extra allocation-up` channel.
+    pub dep_alloc: i128,
+}
+
+impl DaySums {
+    fn add(&mut self, o: &DaySums) {
+        self.dep_user += o.dep_user;
+        self.wd_user += o.wd_user;
+        self.dep_all += o.dep_all;
+        self.dep_alloc += o.dep_alloc;
+    }
+}
+
+/// The last tracker row of one wall-clock day (only the latest row in a range is ever used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrackRow {
+    pub amount_due: i64,
+    pub balance: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grand {
+    pub due_date: Option<i64>,
+    pub fixed_amount: i64,
+    pub amount_due: i64,
+    pub account_type: String,
+    pub freq: Option<u32>,
+    pub periods: Frac,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Account {
+    pub uuid: AccountId,
+    pub name: String,
+    pub kind: Kind,
+    pub parent: Option<AccountId>,
+    pub children: Vec<AccountId>,
+    pub balance: i64,
+    /// Millionths; 0 for main.
+    pub allocation: i64,
+    /// Millionths.
+    pub priority: i64,
+    pub status: String,
+    pub grand: Option<Grand>,
+    /// Number of records in this account's log (the next record's sequence number).
+    pub log_len: u64,
+    /// total_balance (10.12), kept current by every balance change.
+    pub sub_balance: i128,
+    /// total_due (10.12), kept current by every amount_due change.
+    pub sub_due: i128,
+    pub days: BTreeMap<i64, DaySums>,
+    pub track: BTreeMap<i64, TrackRow>,
+}
+
+impl Account {
+    pub fn is_child_kind(&self) -> bool {
+        self.kind != Kind::Main
+    }
+    pub fn own_due(&self) -> i64 {
+        self.grand.as_ref().map_or(0, |g| g.amount_due)
+    }
+}
+
+/// Lifetime money totals used by the conservation invariant (SPEC 13.2 item 10).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    pub initial_balance: i64,
+    pub deposits: i128,
+    pub withdrawals: i128,
+}
+
+/// One user's tree. Accounts are shared copy-on-write so a mutation clones only what it touches.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    pub root: AccountId,
+    pub accounts: HashMap<AccountId, Arc<Account>>,
+    pub ledger: Ledger,
+}
+
+/// `acc` + lowercase hyphenated uuid.
+pub fn fmt_uuid(id: AccountId) -> String {
+    format!("acc{}", uuid::Uuid::from_u128(id).hyphenated())
+}
+
+/// Inverse of [`fmt_uuid`]; unknown shapes simply are not found.
+pub fn parse_uuid(s: &str) -> Option<AccountId> {
+    let rest = s.strip_prefix("acc")?;
+    if rest.len() != 36 {
+        return None;
+    }
+    let u = uuid::Uuid::try_parse(rest).ok()?;
+    // Only the canonical lowercase form names an account.
+    (u.hyphenated().to_string() == rest).then(|| u.as_u128())
+}
+
+impl Tree {
+    pub fn get(&self, id: AccountId) -> Option<&Account> {
+        self.accounts.get(&id).map(|a| a.as_ref())
+    }
+
+    pub fn by_uuid_str(&self, s: &str) -> Option<&Account> {
+        parse_uuid(s).and_then(|id| self.get(id))
+    }
+
+    pub fn root(&self) -> &Account {
+        self.get(self.root).expect("tree invariant: root exists")
+    }
+
+    pub fn depth(&self, id: AccountId) -> usize {
+        let mut d = 0;
+        let mut cur = self.get(id).and_then(|a| a.parent);
+        while let Some(p) = cur {
+            d += 1;
+            cur = self.get(p).and_then(|a| a.parent);
+        }
+        d
+    }
+
+    /// Sum of the direct children's allocations (millionths), always exact (D7).
+    pub fn total_allocation(&self, id: AccountId) -> i64 {
+        self.get(id)
+            .map(|a| a.children.iter().filter_map(|c| self.get(*c)).map(|c| c.allocation).sum())
+            .unwrap_or(0)
+    }
+
+    /// Pre-order of the subtree of `id` (10.16).
+    pub fn preorder(&self, id: AccountId) -> Vec<AccountId> {
+        let mut out = Vec::new();
+        self.preorder_into(id, &mut out);
+        out
+    }
+
+    fn preorder_into(&self, id: AccountId, out: &mut Vec<AccountId>) {
+        if let Some(a) = self.get(id) {
+            out.push(id);
+            for c in &a.children {
+                self.preorder_into(*c, out);
+            }
+        }
+    }
+
+    /// list_all_accounts order (10.16): own subtree, then each ancestor and its other subtrees.
+    pub fn list_all(&self, id: AccountId) -> Vec<AccountId> {
+        let mut out = self.preorder(id);
+        let mut cur = id;
+        while let Some(p) = self.get(cur).and_then(|a| a.parent) {
+            out.push(p);
+            if let Some(pa) = self.get(p) {
+                for c in pa.children.iter().filter(|c| **c != cur) {
+                    self.preorder_into(*c, &mut out);
+                }
+            }
+            cur = p;
+        }
+        out
+    }
+
+    pub fn path(&self, id: AccountId) -> String {
+        let mut names = Vec::new();
+        let mut cur = Some(id);
+        while let Some(c) = cur {
+            let Some(a) = self.get(c) else { break };
+            if a.parent.is_some() {
+                names.push(a.name.as_str());
+            }
+            cur = a.parent;
+        }
+        let mut p = String::from("main_account");
+        for n in names.iter().rev() {
+            p.push_str("$child_accounts$`");
+            p.push_str(n);
+            p.push('`');
+        }
+        p
+    }
+
+    /// Sums of the subtree's per-day aggregates over `[from_day, to_day]`, split into the
+    /// account's own sums and the strict descendants' sums.
+    pub fn range_sums(&self, id: AccountId, from_day: i64, to_day: i64) -> (DaySums, DaySums) {
+        let mut own = DaySums::default();
+        let mut desc = DaySums::default();
+        for a in self.preorder(id).into_iter().filter_map(|x| self.get(x)) {
+            let target = if a.uuid == id { &mut own } else { &mut desc };
+            for (_, s) in a.days.range(from_day..=to_day) {
+                target.add(s);
+            }
+        }
+        (own, desc)
+    }
+
+    /// walking_amount (10.15): latest tracker row inside the range of every grandchild-kind
+    /// account of the subtree.
+    pub fn walking(&self, id: AccountId, due: bool, from_day: i64, to_day: i64) -> i128 {
+        self.preorder(id)
+            .into_iter()
+            .filter_map(|x| self.get(x))
+            .filter(|a| a.kind == Kind::Grandchild)
+            .filter_map(|a| a.track.range(from_day..=to_day).next_back().map(|(_, r)| *r))
+            .map(|r| i128::from(if due { r.amount_due } else { r.balance }))
+            .sum()
+    }
+
+    /// due_within (10.13): `days_micro` is N in millionths of a day.
+    pub fn due_within(&self, id: AccountId, now_secs: i64, days_micro: i128) -> i128 {
+        self.preorder(id)
+            .into_iter()
+            .filter_map(|x| self.get(x))
+            .filter_map(|a| a.grand.as_ref())
+            .filter(|g| match g.due_date {
+                Some(due) => {
+                    let ahead = i128::from(due) - i128::from(now_secs);
+                    ahead >= 0 && ahead * 1_000_000 <= days_micro * 86_400
+                }
+                None => false,
+            })
+            .map(|g| i128::from(g.amount_due))
+            .sum()
+    }
+}
+
+/// The range answers of 10.15 for one account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeFigures {
+    pub spending: i128,
+    pub income: i128,
+    pub allocated: i128,
+}
+
+pub fn range_figures(tree: &Tree, id: AccountId, from_day: i64, to_day: i64) -> RangeFigures {
+    let (own, desc) = tree.range_sums(id, from_day, to_day);
+    RangeFigures {
+        spending: own.wd_user + desc.wd_user,
+        income: own.dep_user + desc.dep_user,
+        allocated: own.dep_all + desc.dep_alloc,
+    }
+}
+
+/// income_utilization (10.15) as exact decimal text.
+pub fn utilization_text(spending: i128, allocated: i128) -> String {
+    if allocated > 0 {
+        fmt_scaled(div_round(spending * 1_000_000, allocated), 6)
+    } else if spending == 0 {
+        "0".to_string()
+    } else {
+        // The reference divides by f64 epsilon (2^-52): S units * 2^52, exact in cents.
+        fmt_scaled(spending * 4_503_599_627_370_496, 2)
+    }
+}
+
+/// Recomputes every aggregate from the accounts themselves and checks the invariants of SPEC
+/// 13.2 item 10. Returns a description of the first violation.
+pub fn check_invariants(tree: &Tree) -> Result<(), String> {
+    let root = tree.get(tree.root).ok_or("root missing")?;
+    if root.parent.is_some() || root.kind != Kind::Main {
+        return Err("root shape".into());
+    }
+    let mut seen = 0usize;
+    fn walk(t: &Tree, id: AccountId, depth: usize, seen: &mut usize) -> Result<(i128, i128), String> {
+        let a = t.get(id).ok_or_else(|| format!("dangling child {id}"))?;
+        *seen += 1;
+        if depth > MAX_DEPTH {
+            return Err("depth exceeded".into());
+        }
+        if a.balance < 0 {
+            return Err(format!("negative balance on {}", a.name));
+        }
+        let expected_kind = match depth {
+            0 => Kind::Main,
+            1 => Kind::Child,
+            _ => Kind::Grandchild,
+        };
+        if a.kind != expected_kind || a.grand.is_some() != (a.kind == Kind::Grandchild) {
+            return Err(format!("kind mismatch on {}", a.name));
+        }
+        let mut names = std::collections::HashSet::new();
+        let mut alloc = 0i64;
+        let mut bal = i128::from(a.balance);
+        let mut due = i128::from(a.own_due());
+        for c in &a.children {
+            let ca = t.get(*c).ok_or("dangling child")?;
+            if ca.parent != Some(id) {
+                return Err(format!("parent link broken under {}", a.name));
+            }
+            if !names.insert(ca.name.as_str()) {
+                return Err(format!("duplicate child name {}", ca.name));
+            }
+            if !(0..=ALLOC_ONE).contains(&ca.allocation) {
+                return Err("allocation out of range".into());
+            }
+            alloc += ca.allocation;
+            let (b, d) = walk(t, *c, depth + 1, seen)?;
+            bal += b;
+            due += d;
+        }
+        if alloc > ALLOC_ONE {
+            return Err(format!("allocations under {} exceed 1", a.name));
+        }
+        if bal != a.sub_balance || due != a.sub_due {
+            return Err(format!("stale subtree aggregate on {}", a.name));
+        }
+        Ok((bal, due))
+    }
+    let (total, _) = walk(tree, tree.root, 0, &mut seen)?;
+    if seen != tree.accounts.len() {
+        return Err("unreachable accounts".into());
+    }
+    let l = &tree.ledger;
+    if total != i128::from(l.initial_balance) + l.deposits - l.withdrawals {
+        return Err(format!("money not conserved: {total} vs ledger {l:?}"));
+    }
+    Ok(())
+}

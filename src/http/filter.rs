@@ -1,0 +1,82 @@
+//! The global request filter (SPEC 4): CORS preflight, public paths, bearer JWT, failed-auth
+//! backoff and rate limits. It runs before routing, on every path and method.
+
+use std::net::IpAddr;
+
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER};
+use hyper::Method;
+
+use super::response::Reply;
+use crate::app::App;
+use crate::auth::jwt::Identity;
+use crate::auth::limits::{Failure, Verdict};
+
+/// Who is asking, once the filter let the request through.
+pub enum Pass {
+    Public,
+    User(Identity),
+}
+
+fn is_public(path: &str, headers: &HeaderMap) -> bool {
+    matches!(path, "/__ping__" | "/login" | "/generate_access_token")
+        || (path == "/register" && !headers.contains_key(AUTHORIZATION))
+}
+
+pub fn client_ip(app: &App, headers: &HeaderMap, peer: IpAddr) -> String {
+    if app.cfg.trust_proxy {
+        if let Some(first) = headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            return first.to_string();
+        }
+    }
+    peer.to_string()
+}
+
+fn too_many(msg: &str, retry_after: u64) -> Reply {
+    Reply::bare(429, msg).header(RETRY_AFTER, HeaderValue::from(retry_after))
+}
+
+pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: IpAddr) -> Result<Pass, Reply> {
+    if app.cfg.cors_allow_origin.is_some() && method == Method::OPTIONS {
+        let mut r = Reply::json(204, String::new());
+        r.headers.push((
+            hyper::header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+        ));
+        r.headers.push((
+            hyper::header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("Authorization, Content-Type, Idempotency-Key, X-Request-Id"),
+        ));
+        r.headers.push((hyper::header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600")));
+        return Err(r);
+    }
+    let t = app.now_secs_f64();
+    if is_public(path, headers) {
+        let ip = client_ip(app, headers, peer);
+        return match app.ip_limiter.check(&ip, t) {
+            Verdict::Allow => Ok(Pass::Public),
+            Verdict::Deny(s) => Err(too_many("Rate limit exceeded. Try again later.", s)),
+        };
+    }
+    let header = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes).unwrap_or_default();
+    let Some(rest) = header.strip_prefix(b"Bearer ") else {
+        return Err(Reply::bare(401, "Missing or invalid token"));
+    };
+    let token = String::from_utf8_lossy(rest);
+    let token = token.trim_matches(|c: char| c.is_ascii_whitespace());
+    let Some(ident) = app.jwt.verify(token, t) else {
+        return Err(match app.auth_backoff.fail(token, t) {
+            Failure::Reject => Reply::bare(401, "Invalid or expired token"),
+            Failure::Wait(msg, s) => too_many(&msg, s),
+        });
+    };
+    match app.user_limiter.check(&ident.user_id, t) {
+        Verdict::Allow => Ok(Pass::User(ident)),
+        Verdict::Deny(s) => Err(too_many("Rate limit exceeded. Try later.", s)),
+    }
+}

@@ -1,0 +1,8 @@
+//! The HTTP road: server (accept, shutdown), filter (auth, limits), router, params, responses.
+
+pub mod filter;
+pub mod json;
+pub mod params;
+pub mod response;
+pub mod router;
+pub mod server;

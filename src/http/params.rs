@@ -1,0 +1,254 @@
+//! Request parameters from the query string, a JSON body or a form body, merged by name with the
+//! precedence and presence rules of SPEC 3.2, 3.3 and 3.6a. Numbers keep their literal text.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserializer as _, MapAccess, Visitor};
+use serde_json::Value;
+
+use super::response::ApiError;
+use crate::domain::num::Dec;
+
+/// One parameter as seen by a handler.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PVal<'a> {
+    /// Missing, JSON null, `{}` or `[]`.
+    Missing,
+    /// The empty string.
+    Empty,
+    /// A string (query, form, or JSON string).
+    Str(Cow<'a, str>),
+    /// A JSON number, by its literal text.
+    Num(Cow<'a, str>),
+    Bool(bool),
+    /// A JSON array of two or more elements, or a non-empty object.
+    Invalid,
+}
+
+/// Numeric reading of a parameter.
+pub enum NumVal {
+    Missing,
+    NotNumeric,
+    Num(Dec),
+}
+
+#[derive(Debug, Default)]
+enum Body {
+    #[default]
+    None,
+    Json(Vec<(String, Value)>),
+    Form(Vec<(String, String)>),
+}
+
+#[derive(Debug, Default)]
+pub struct Params {
+    query: Vec<(String, String)>,
+    body: Body,
+}
+
+/// Percent-decoding for query and form values: `+` is a space, invalid escapes stay literal,
+/// invalid UTF-8 becomes U+FFFD.
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    if !b.iter().any(|c| *c == b'%' || *c == b'+') {
+        return s.to_string();
+    }
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(b[i + 1]), hex(b[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    match String::from_utf8(out) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
+}
+
+fn parse_pairs(s: &str) -> Vec<(String, String)> {
+    s.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (percent_decode(k), percent_decode(v)),
+            None => (percent_decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// Visits a JSON object keeping the first occurrence of each key.
+struct FirstWins;
+
+impl<'de> Visitor<'de> for FirstWins {
+    type Value = Vec<(String, Value)>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out: Vec<(String, Value)> = Vec::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let v: Value = map.next_value()?;
+            if !out.iter().any(|(ek, _)| *ek == k) {
+                out.push((k, v));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn parse_json_object(body: &[u8]) -> Option<Vec<(String, Value)>> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let v = (&mut de).deserialize_map(FirstWins).ok()?;
+    de.end().ok()?;
+    Some(v)
+}
+
+fn json_pval(v: &Value) -> PVal<'_> {
+    match v {
+        Value::Null => PVal::Missing,
+        Value::String(s) if s.is_empty() => PVal::Empty,
+        Value::String(s) => PVal::Str(Cow::Borrowed(s)),
+        Value::Number(n) => PVal::Num(Cow::Owned(n.to_string())),
+        Value::Bool(b) => PVal::Bool(*b),
+        Value::Object(o) if o.is_empty() => PVal::Missing,
+        Value::Object(_) => PVal::Invalid,
+        Value::Array(a) if a.is_empty() => PVal::Missing,
+        Value::Array(a) if a.len() == 1 => match &a[0] {
+            Value::Array(_) | Value::Object(_) => PVal::Invalid,
+            inner => json_pval(inner),
+        },
+        Value::Array(_) => PVal::Invalid,
+    }
+}
+
+impl Params {
+    /// Builds the parameters; `Err` is the 400 `Invalid request body`.
+    pub fn parse(query: Option<&str>, content_type: Option<&str>, body: &[u8]) -> Result<Params, ApiError> {
+        let query = query.map(parse_pairs).unwrap_or_default();
+        let mut p = Params { query, body: Body::None };
+        if body.iter().all(|c| c.is_ascii_whitespace()) {
+            return Ok(p);
+        }
+        let media = content_type.map(|ct| ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+        let is_json = match media.as_deref() {
+            Some("application/json") => true,
+            Some("application/x-www-form-urlencoded") => false,
+            Some(_) => return Ok(p),
+            None => body.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'{'),
+        };
+        p.body = if is_json {
+            Body::Json(parse_json_object(body).ok_or_else(|| ApiError::bad("Invalid request body"))?)
+        } else {
+            Body::Form(parse_pairs(&String::from_utf8_lossy(body)))
+        };
+        Ok(p)
+    }
+
+    pub fn get(&self, name: &str) -> PVal<'_> {
+        let text = |s: &str| if s.is_empty() { PVal::Empty } else { PVal::Str(Cow::Owned(s.to_string())) };
+        if let Some((_, v)) = self.query.iter().find(|(k, _)| k == name) {
+            return text(v);
+        }
+        match &self.body {
+            Body::None => PVal::Missing,
+            Body::Form(pairs) => pairs.iter().find(|(k, _)| k == name).map_or(PVal::Missing, |(_, v)| text(v)),
+            Body::Json(m) => m.iter().find(|(k, _)| k == name).map_or(PVal::Missing, |(_, v)| json_pval(v)),
+        }
+    }
+
+    /// A string parameter; missing and empty are `None`.
+    pub fn str(&self, name: &str) -> Result<Option<String>, ApiError> {
+        match self.get(name) {
+            PVal::Missing | PVal::Empty => Ok(None),
+            PVal::Str(s) | PVal::Num(s) => Ok(Some(s.into_owned())),
+            PVal::Bool(b) => Ok(Some(b.to_string())),
+            PVal::Invalid => Err(invalid(name)),
+        }
+    }
+
+    /// A required string with its own "required" message.
+    pub fn req_str(&self, name: &str, required: &str) -> Result<String, ApiError> {
+        self.str(name)?.ok_or_else(|| ApiError::bad(required))
+    }
+
+    pub fn num(&self, name: &str) -> Result<NumVal, ApiError> {
+        Ok(match self.get(name) {
+            PVal::Missing | PVal::Empty => NumVal::Missing,
+            PVal::Str(s) | PVal::Num(s) => Dec::parse(&s).map_or(NumVal::NotNumeric, NumVal::Num),
+            PVal::Bool(_) => NumVal::NotNumeric,
+            PVal::Invalid => return Err(invalid(name)),
+        })
+    }
+}
+
+pub fn invalid(name: &str) -> ApiError {
+    ApiError::bad(format!("Invalid value for parameter '{name}'"))
+}
+
+/// `<name> is too long` when `v` has more than `max` characters.
+pub fn check_len(name: &str, v: Option<&str>, max: usize) -> Result<(), ApiError> {
+    match v {
+        Some(s) if s.chars().count() > max => Err(ApiError::bad(format!("{name} is too long"))),
+        _ => Ok(()),
+    }
+}
+
+/// Largest single money amount, in cents (SPEC 3.4 step 5).
+pub const MONEY_MAX_CENTS: i128 = 100_000_000_000_000;
+
+/// Steps 4 and 5 of the money grammar for an already numeric, sign-checked value.
+pub fn money_cents(name: &str, d: &Dec) -> Result<i64, ApiError> {
+    let s = d.scaled(2);
+    if s.rem_nonzero {
+        return Err(ApiError::bad(format!("{name} must have at most 2 decimal places")));
+    }
+    match s.trunc {
+        Some(c) if c <= MONEY_MAX_CENTS => Ok(c as i64),
+        _ => Err(ApiError::bad(format!("{name} is too large"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding() {
+        assert_eq!(percent_decode("a+b%20c"), "a b c");
+        assert_eq!(percent_decode("%zz%"), "%zz%");
+        assert_eq!(percent_decode("%4"), "%4");
+        assert_eq!(percent_decode("%ff"), "\u{fffd}");
+    }
+
+    #[test]
+    fn precedence_and_presence() {
+        let p = Params::parse(Some("uuid=q&uuid=second&e="), Some("application/json"), br#"{"uuid":"b","amount":10.50,"x":[1],"y":[1,2],"n":null,"s":"","e":"body"}"#).unwrap();
+        assert_eq!(p.get("uuid"), PVal::Str("q".into()));
+        assert_eq!(p.get("amount"), PVal::Num("10.50".into()));
+        assert_eq!(p.get("x"), PVal::Num("1".into()));
+        assert_eq!(p.get("y"), PVal::Invalid);
+        assert_eq!(p.get("n"), PVal::Missing);
+        assert_eq!(p.get("s"), PVal::Empty);
+        assert_eq!(p.get("e"), PVal::Empty);
+        let dup = Params::parse(None, None, br#"{"a":"1","a":"2"}"#).unwrap();
+        assert_eq!(dup.get("a"), PVal::Str("1".into()));
+        assert!(Params::parse(None, Some("application/json"), b"[1]").is_err());
+        let form = Params::parse(None, None, b"amount=5&channel=AB+SA").unwrap();
+        assert_eq!(form.get("channel"), PVal::Str("AB SA".into()));
+        let ws = Params::parse(None, Some("application/json"), b"  \n").unwrap();
+        assert_eq!(ws.get("a"), PVal::Missing);
+    }
+}

@@ -1,0 +1,119 @@
+//! Every answer leaves through here: the envelope of SPEC 3.5, the bare bodies of filter and
+//! routing errors, and the one error type handlers return.
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Response, StatusCode};
+
+use super::json::{escape_into, Obj};
+use crate::domain::dates::fmt_millis;
+
+/// What a handler answers with when it fails.
+#[derive(Debug)]
+pub enum ApiError {
+    /// A documented error: status and exact message, optional extra fields after `error`.
+    Client(u16, String, Option<Obj>),
+    /// A body with only success/status/error (filter-shaped).
+    Bare(u16, String),
+    /// 429 with `Retry-After` seconds (login backoff).
+    TooMany(String, u64),
+    /// A bug or storage failure: logged, answered as `<prefix>: internal error`.
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn new(status: u16, msg: impl Into<String>) -> ApiError {
+        ApiError::Client(status, msg.into(), None)
+    }
+    pub fn bad(msg: impl Into<String>) -> ApiError {
+        ApiError::new(400, msg)
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ApiError::Internal(e.to_string())
+    }
+}
+
+/// A finished response: status, JSON body and extra headers.
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Reply {
+    pub fn json(status: u16, body: String) -> Reply {
+        Reply { status, body, headers: Vec::new() }
+    }
+
+    /// `{"success":false,"status":N,"error":"..."}`
+    pub fn bare(status: u16, msg: &str) -> Reply {
+        let mut b = String::with_capacity(64 + msg.len());
+        let _ = write!(b, "{{\"success\":false,\"status\":{status},\"error\":");
+        escape_into(&mut b, msg);
+        b.push('}');
+        Reply::json(status, b)
+    }
+
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Reply {
+        self.headers.push((name, value));
+        self
+    }
+
+    pub fn into_response(self) -> Response<Full<Bytes>> {
+        let mut r = Response::new(Full::new(Bytes::from(self.body)));
+        *r.status_mut() = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let h = r.headers_mut();
+        h.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (k, v) in self.headers {
+            h.insert(k, v);
+        }
+        r
+    }
+}
+
+/// Wraps endpoint fields (or an error) in the envelope with timing.
+pub fn envelope(result: Result<Obj, ApiError>, prefix: &str, start_us: i64, end_us: i64) -> Reply {
+    let (status, head, fields) = match result {
+        Ok(fields) => (200, Obj::new().bool("success", true).int("status", 200), Some(fields)),
+        Err(ApiError::Bare(status, msg)) => return Reply::bare(status, &msg),
+        Err(ApiError::TooMany(msg, secs)) => {
+            let mut r = envelope(Err(ApiError::new(429, msg)), prefix, start_us, end_us);
+            r.headers.push((hyper::header::RETRY_AFTER, HeaderValue::from(secs)));
+            return r;
+        }
+        Err(ApiError::Client(status, msg, extra)) => (
+            status,
+            Obj::new().bool("success", false).int("status", i128::from(status)).str("error", &msg),
+            extra,
+        ),
+        Err(ApiError::Internal(cause)) => {
+            tracing::error!(%cause, prefix, "handler failed");
+            let msg = format!("{prefix}: internal error");
+            (500, Obj::new().bool("success", false).int("status", 500).str("error", &msg), None)
+        }
+    };
+    let mut body = String::with_capacity(256);
+    body.push('{');
+    body.push_str(head.members());
+    if let Some(f) = fields {
+        if !f.members().is_empty() {
+            body.push(',');
+            body.push_str(f.members());
+        }
+    }
+    let exec_us = (end_us - start_us).max(0);
+    let _ = write!(
+        body,
+        ",\"start_time\":\"{}\",\"end_time\":\"{}\",\"execution_time\":{}}}",
+        fmt_millis(start_us.div_euclid(1000)),
+        fmt_millis(end_us.div_euclid(1000)),
+        crate::domain::num::fmt_scaled(i128::from(exec_us), 6)
+    );
+    Reply::json(status, body)
+}

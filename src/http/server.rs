@@ -1,0 +1,176 @@
+//! The accept loop: a semaphore bounds connections, every request goes filter -> router ->
+//! params -> handler -> envelope, and a shutdown signal drains in-flight requests.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use super::filter::{self, Pass};
+use super::params::Params;
+use super::response::{envelope, ApiError, Reply};
+use super::router::{route, Ep, Routed};
+use crate::api::{self, Rq};
+use crate::app::App;
+
+/// Largest accepted request body (SPEC 3.2).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Connections served at once (14.4); more wait in the accept queue.
+pub const MAX_CONNECTIONS: usize = 10_000;
+/// How long shutdown waits for in-flight requests (14.4).
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// Polls a future, turning a panic into `Err` so one bad request never takes a worker down.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut self.0).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
+
+fn request_id(req: &Request<Incoming>) -> HeaderValue {
+    if let Some(v) = req.headers().get("x-request-id") {
+        let b = v.as_bytes();
+        if !b.is_empty() && b.len() <= 64 && b.iter().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(c)) {
+            return v.clone();
+        }
+    }
+    HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()).unwrap_or(HeaderValue::from_static("-"))
+}
+
+async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+    let rid = request_id(&req);
+    let reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
+        Err(r) => r,
+        Ok(pass) => dispatch(&app, req, pass).await,
+    };
+    let mut resp = reply.into_response();
+    resp.headers_mut().insert("x-request-id", rid);
+    if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
+        if let Ok(v) = HeaderValue::from_str(origin) {
+            resp.headers_mut().insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        }
+    }
+    resp
+}
+
+async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
+    let r = match route(req.method(), req.uri().path()) {
+        Routed::Found(r) => r,
+        Routed::NotFound => return Reply::bare(404, "404 - Resource Not Found"),
+        Routed::WrongMethod(m) => {
+            return Reply::bare(405, "405 - Method Not Allowed")
+                .header(ALLOW, HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")))
+        }
+    };
+    if r.ep == Ep::Ping {
+        return Reply::json(200, "{\"status\":\"ok\"}".to_string());
+    }
+    let start_us = app.clock.now_micros();
+    let too_large = || Reply::bare(413, "Request body too large");
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return too_large(),
+        Err(e) => {
+            tracing::debug!(error = %e, "body read failed");
+            return Reply::bare(400, "Invalid request body");
+        }
+    };
+    let ct = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let result = match Params::parse(parts.uri.query(), ct, &body) {
+        Err(e) => Err(e),
+        Ok(params) => {
+            let has_auth = parts.headers.contains_key(hyper::header::AUTHORIZATION);
+            let ident = match pass {
+                Pass::User(i) => Some(i),
+                Pass::Public => None,
+            };
+            let rq = Rq { params, ident, now_us: start_us, has_auth };
+            let fut = Box::pin(api::call(app, r.ep, &rq));
+            match CatchUnwind(fut).await {
+                Ok(res) => res,
+                Err(()) => Err(ApiError::Internal("handler panicked".into())),
+            }
+        }
+    };
+    envelope(result, r.prefix, start_us, app.clock.now_micros())
+}
+
+/// Serves until `shutdown` resolves, then drains for up to [`DRAIN`] and flushes storage.
+pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => break,
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        };
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let svc = service_fn(move |req| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(handle(app, req, peer).await) }
+        });
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30))
+            .serve_connection(TokioIo::new(stream), svc);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
+        tracing::warn!("in-flight requests did not finish within the drain limit");
+    }
+    if let Err(e) = app.users.store.flush() {
+        tracing::error!(error = %e, "final flush failed");
+    }
+}

@@ -1,0 +1,57 @@
+//! The pfm binary: configuration from flags and environment, then serve until SIGINT/SIGTERM.
+
+use std::sync::Arc;
+
+use clap::Parser;
+use pfm::clock::SystemClock;
+use pfm::config::Config;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cfg = Config::parse();
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let app = match pfm::app::App::open(cfg, Arc::new(SystemClock)) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot open the data directory");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, %addr, "cannot listen");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(%addr, "pfm listening");
+    pfm::http::server::serve(app, listener, shutdown_signal()).await;
+    tracing::info!("pfm stopped");
+    std::process::ExitCode::SUCCESS
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
