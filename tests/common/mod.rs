@@ -1,0 +1,196 @@
+//! Test harness: a real server on 127.0.0.1:0 with a temp data directory and a fixed clock, and
+//! a tiny blocking HTTP/1.1 client.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use pfm::clock::ManualClock;
+use pfm::config::Config;
+use serde_json::{json, Map, Value};
+
+pub const SECRET: &str = "test-secret-test-secret-test-secret";
+/// 2025-07-10T08:50:15Z, a day inside the SPEC's July 2025 examples.
+pub const T0: i64 = 1_752_137_415;
+
+pub struct Srv {
+    pub run: Option<pfm::Running>,
+    pub clock: Arc<ManualClock>,
+    pub dir: tempfile::TempDir,
+    pub cfg: Config,
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub text: String,
+    pub json: Value,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    /// A string field.
+    pub fn s(&self, key: &str) -> String {
+        match &self.json[key] {
+            Value::String(s) => s.clone(),
+            other => panic!("{key} is not a string: {other} in {}", self.text),
+        }
+    }
+    /// A field's JSON text (numbers exactly as sent).
+    pub fn n(&self, key: &str) -> String {
+        self.json[key].to_string()
+    }
+    pub fn err(&self) -> String {
+        self.s("error")
+    }
+    #[track_caller]
+    pub fn ok(&self) -> &Self {
+        assert_eq!(self.status, 200, "{}", self.text);
+        assert_eq!(self.json["success"], json!(true), "{}", self.text);
+        self
+    }
+    #[track_caller]
+    pub fn fails(&self, status: u16, msg: &str) -> &Self {
+        assert_eq!((self.status, self.err().as_str()), (status, msg), "{}", self.text);
+        assert_eq!(self.json["success"], json!(false));
+        assert_eq!(self.json["status"].to_string(), status.to_string());
+        self
+    }
+}
+
+pub enum Body<'a> {
+    None,
+    Form(&'a str),
+    Json(Value),
+    Raw(&'a str, &'a [u8]),
+}
+
+impl Srv {
+    pub fn start() -> Srv {
+        Srv::start_with(|_| {})
+    }
+
+    pub fn start_with(f: impl FnOnce(&mut Config)) -> Srv {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = Config::for_dir(dir.path());
+        cfg.jwt_secret = Some(SECRET.into());
+        f(&mut cfg);
+        let clock = Arc::new(ManualClock::at_secs(T0));
+        let run = pfm::start(cfg.clone(), clock.clone()).expect("server starts");
+        Srv { run: Some(run), clock, dir, cfg }
+    }
+
+    /// Stops the server and starts a new one on the same data directory.
+    pub fn restart(&mut self) {
+        if let Some(r) = self.run.take() {
+            r.stop();
+        }
+        self.run = Some(pfm::start(self.cfg.clone(), self.clock.clone()).expect("server restarts"));
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.run.as_ref().expect("running").addr
+    }
+
+    pub fn token(&self, user_id: &str, role: &str) -> String {
+        let mut c = Map::new();
+        c.insert("user_id".into(), json!(user_id));
+        c.insert("role".into(), json!(role));
+        c.insert("iat".into(), json!(T0));
+        self.run.as_ref().expect("running").app.jwt.sign(&c).expect("sign")
+    }
+
+    pub fn raw(&self, method: &str, target: &str, headers: &[(&str, &str)], body: Body) -> Resp {
+        let (ct, bytes): (Option<&str>, Vec<u8>) = match body {
+            Body::None => (None, Vec::new()),
+            Body::Form(f) => (Some("application/x-www-form-urlencoded"), f.as_bytes().to_vec()),
+            Body::Json(v) => (Some("application/json"), v.to_string().into_bytes()),
+            Body::Raw(ct, b) => ((!ct.is_empty()).then_some(ct), b.to_vec()),
+        };
+        let mut req = format!("{method} {target} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if let Some(ct) = ct {
+            req.push_str(&format!("Content-Type: {ct}\r\n"));
+        }
+        req.push_str(&format!("Content-Length: {}\r\n\r\n", bytes.len()));
+        let mut s = TcpStream::connect(self.addr()).expect("connect");
+        s.write_all(req.as_bytes()).expect("write");
+        let _ = s.write_all(&bytes);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let mut lines = head.lines();
+        let status: u16 = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("status line");
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        let json = serde_json::from_str(body).unwrap_or(Value::Null);
+        Resp { status, headers, text: body.to_string(), json }
+    }
+
+    pub fn get(&self, tok: &str, path: &str, query: &str) -> Resp {
+        let target = if query.is_empty() { path.to_string() } else { format!("{path}?{query}") };
+        self.raw("GET", &target, &[("Authorization", &format!("Bearer {tok}"))], Body::None)
+    }
+
+    pub fn post(&self, tok: &str, path: &str, body: Value) -> Resp {
+        self.raw("POST", path, &[("Authorization", &format!("Bearer {tok}"))], Body::Json(body))
+    }
+
+    pub fn form(&self, tok: &str, path: &str, form: &str) -> Resp {
+        self.raw("POST", path, &[("Authorization", &format!("Bearer {tok}"))], Body::Form(form))
+    }
+
+    /// Registers `user` in token mode; returns (token, main uuid).
+    pub fn user(&self, user: &str, initial: &str) -> (String, String) {
+        let tok = self.token(user, "user");
+        let r = self.post(&tok, "/register", json!({"user_id": user, "initial_balance": initial}));
+        r.ok();
+        (tok, r.s("uuid"))
+    }
+
+    pub fn child(&self, tok: &str, parent: &str, name: &str, extra: Value) -> String {
+        let mut body = json!({"parent_uuid": parent, "name": name});
+        if let (Some(b), Value::Object(e)) = (body.as_object_mut(), extra) {
+            b.extend(e);
+        }
+        let r = self.post(tok, "/add_sub_account", body);
+        r.ok();
+        r.s("uuid")
+    }
+
+    pub fn balance(&self, tok: &str, uuid: &str) -> String {
+        let r = self.get(tok, "/get_balance", &format!("uuid={uuid}"));
+        r.ok();
+        r.n("balance")
+    }
+
+    pub fn deposit(&self, tok: &str, uuid: &str, amount: &str) -> Resp {
+        self.post(tok, "/deposit", json!({"uuid": uuid, "amount": amount, "channel": "ABSA"}))
+    }
+
+    pub fn txs(&self, tok: &str, uuid: &str) -> Vec<Value> {
+        let r = self.get(tok, "/get_transactions", &format!("uuid={uuid}"));
+        r.ok();
+        r.json["transactions"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn set_time(&self, iso: &str) {
+        let t = pfm::domain::dates::parse_date(iso).expect("valid test date");
+        self.clock.set_secs(t);
+    }
+}
+
+/// JSON number text of a value.
+pub fn num(v: &Value) -> String {
+    v.to_string()
+}
