@@ -1,0 +1,85 @@
+//! SPEC 13.2: durability across restarts, atomic registration, per-user serialisation.
+
+mod common;
+
+use common::{Body, Srv};
+use serde_json::json;
+
+#[test]
+fn restart_finds_every_acknowledged_write() {
+    let mut s = Srv::start();
+    let (tok, main) = s.user("u1", "10");
+    let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
+    let rent = s.child(&tok, &needs, "Rent", json!({"allocation": 1, "fixed_amount": 50}));
+    s.post(&tok, "/deposit", json!({"uuid": main, "amount": 100, "channel": "c", "transaction_number": "T1"})).ok();
+    s.post(&tok, "/withdraw", json!({"uuid": needs, "amount": 5, "channel": "c"})).ok();
+    let before_tree = s.get(&tok, "/get_minimal_tree", "").ok().text.clone();
+    s.restart();
+    let after_tree = s.get(&tok, "/get_minimal_tree", "").ok().text.clone();
+    // Same tree, same logs, same aggregates (timing keys differ).
+    let strip = |t: &str| t.split(",\"start_time\"").next().unwrap_or("").to_string();
+    assert_eq!(strip(&before_tree), strip(&after_tree));
+    assert_eq!(s.balance(&tok, &rent), "50");
+    // Transaction-number index survived too.
+    s.post(&tok, "/deposit", json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": "T1"}))
+        .fails(409, "Deposit failed: This deposit has already been made. Transaction ID:T1");
+    // And the deleted user stays deleted.
+    let r = s.raw("DELETE", &format!("/delete?uuid={main}"), &[("Authorization", &format!("Bearer {tok}"))], Body::None);
+    r.ok();
+    s.restart();
+    s.get(&tok, "/get_balance", &format!("uuid={main}")).fails(404, "User not found or unauthorized access");
+}
+
+#[test]
+fn generated_secret_persists_across_restarts() {
+    let mut s = Srv::start_with(|c| c.jwt_secret = None);
+    let secret = std::fs::read_to_string(s.dir.path().join("jwt_secret")).unwrap();
+    assert_eq!(secret.len(), 64);
+    assert!(secret.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    let r = s.raw("POST", "/register", &[], Body::Json(json!({"user_id": "p1", "password": "secret123"})));
+    r.ok();
+    s.restart();
+    assert_eq!(std::fs::read_to_string(s.dir.path().join("jwt_secret")).unwrap(), secret);
+    let r = s.raw("POST", "/login", &[], Body::Json(json!({"user_id": "p1", "password": "secret123"})));
+    let tok = r.ok().s("token");
+    s.restart();
+    s.get(&tok, "/get_balance", "uuid=accx").fails(403, "Account not found or unauthorized");
+}
+
+#[test]
+fn concurrent_registrations_yield_one_success() {
+    let s = Srv::start();
+    let statuses: Vec<u16> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..8)
+            .map(|_| {
+                sc.spawn(|| {
+                    let tok = s.token("race", "user");
+                    s.post(&tok, "/register", json!({"user_id": "race"})).status
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(statuses.iter().filter(|c| **c == 200).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|c| **c == 409).count(), 7, "{statuses:?}");
+}
+
+#[test]
+fn concurrent_deposits_of_one_user_are_all_applied() {
+    let s = Srv::start();
+    let (tok, main) = s.user("u1", "0");
+    let a = s.child(&tok, &main, "A", json!({"allocation": 0.5}));
+    s.child(&tok, &main, "B", json!({"allocation": 0.5}));
+    std::thread::scope(|sc| {
+        for _ in 0..4 {
+            sc.spawn(|| {
+                for _ in 0..10 {
+                    s.deposit(&tok, &main, "1.01").ok();
+                }
+            });
+        }
+    });
+    assert_eq!(s.get(&tok, "/compute_total_balance", &format!("uuid={main}")).ok().n("total_balance"), "40.4");
+    assert_eq!(s.txs(&tok, &main).len(), 80);
+    assert_eq!(s.txs(&tok, &a).len(), 40);
+}
