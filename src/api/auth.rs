@@ -9,7 +9,7 @@ use crate::app::App;
 use crate::auth::limits::Failure;
 use crate::domain::dates::{fmt_millis, parse_date};
 use crate::domain::num::Dec;
-use crate::domain::tree::{Account, Kind, Ledger, Tree};
+use crate::domain::tree::{Ledger, Tree};
 use crate::http::json::Obj;
 use crate::http::params::{check_len, money_cents, PVal};
 use crate::http::response::ApiError;
@@ -65,28 +65,12 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         root,
         ledger: Ledger { initial_balance: initial, deposits: 0, withdrawals: 0 },
     };
-    let main = Account {
-        uuid: root,
-        name: "Main".into(),
-        kind: Kind::Main,
-        parent: None,
-        children: Vec::new(),
-        balance: initial,
-        allocation: 0,
-        priority: 0,
-        status: "active".into(),
-        grand: None,
-        log_len: 0,
-        sub_balance: i128::from(initial),
-        sub_due: 0,
-        days: Default::default(),
-        track: Default::default(),
-    };
+    let tree = Tree::new_user(root, initial);
+    let main = tree.get(root).ok_or_else(|| ApiError::Internal("new tree without root".into()))?;
     let writes = vec![
         Write::Put(codec::user_key(&user_id), encode(&user)?),
-        Write::Put(codec::account_key(user.user_no, root), encode(&main)?),
+        Write::Put(codec::account_key(user.user_no, root), encode(main)?),
     ];
-    let tree = Tree { root, accounts: [(root, Arc::new(main))].into_iter().collect(), ledger: user.ledger.clone() };
     guard.commit(writes, Some(Arc::new(UserState { user, tree }))).await?;
     Ok(Obj::new().str("user_id", &user_id).str("uuid", &crate::domain::tree::fmt_uuid(root)))
 }

@@ -1,8 +1,6 @@
 //! /add_sub_account, /set_child_allocation, /delete and the listing and finding endpoints
 //! (SPEC 7).
 
-use std::sync::Arc;
-
 use super::{find, integral, millionths, mutate, number, op_err, snapshot, Done, Rq};
 use crate::app::App;
 use crate::domain::dates::parse_date;
@@ -86,28 +84,11 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             freq: freq.map(|f| f as u32),
             periods: Frac::ONE,
         });
-        let own_due = grand.as_ref().map_or(0, |g| i128::from(g.amount_due));
-        let acc = Account {
-            uuid: id,
-            name: name.clone(),
-            kind,
-            parent: Some(pid),
-            children: Vec::new(),
-            balance: 0,
-            allocation,
-            priority,
-            status: status.clone(),
-            grand,
-            log_len: 0,
-            sub_balance: 0,
-            sub_due: own_due,
-            days: Default::default(),
-            track: Default::default(),
-        };
-        ctx.tree.accounts.insert(id, Arc::new(acc));
-        ctx.dirty.insert(id);
-        ctx.acc_mut(pid).map_err(op_err(""))?.children.push(id);
-        ctx.add_due(pid, own_due).map_err(op_err(""))?;
+        let mut acc = Account::new(id, name.clone(), kind, Some(pid), grand);
+        acc.allocation = allocation;
+        acc.priority = priority;
+        acc.status = status.clone();
+        ctx.attach(acc).map_err(op_err(""))?;
         Ok(Done::from(
             Obj::new()
                 .str("message", &format!("{name} added under {parent_name}"))
@@ -143,11 +124,7 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
                 "Allocation not set: Total allocation exceeds 100%. Please adjust the allocations.",
             ));
         }
-        let c = ctx.acc_mut(cid).map_err(op_err(""))?;
-        c.allocation = allocation;
-        if allocation == 0 && c.status != "closed" {
-            c.status = "inactive".into();
-        }
+        ctx.set_allocation(cid, allocation).map_err(op_err(""))?;
         let total = ctx.tree.total_allocation(pid);
         Ok(Done::from(
             Obj::new()

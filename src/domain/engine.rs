@@ -404,6 +404,26 @@ impl<'a> Ctx<'a> {
         self.deposit(to, a, None, "System", CH_TRANSFER, now, Mode::Transfer)
     }
 
+    /// Appends `acc` (already shaped, parent set) to its parent's children.
+    pub fn attach(&mut self, acc: Account) -> Result<AccountId, OpError> {
+        let (id, parent, due) = (acc.uuid, acc.parent.ok_or(OpError::Internal)?, acc.sub_due);
+        self.tree.accounts.insert(id, Arc::new(acc));
+        self.dirty.insert(id);
+        self.acc_mut(parent)?.children.push(id);
+        self.add_due(parent, due)?;
+        Ok(id)
+    }
+
+    /// Sets a child's allocation; 0 makes it inactive unless closed (7.2, D32).
+    pub fn set_allocation(&mut self, child: AccountId, allocation: i64) -> Result<(), OpError> {
+        let c = self.acc_mut(child)?;
+        c.allocation = allocation;
+        if allocation == 0 && c.status != "closed" {
+            c.status = "inactive".into();
+        }
+        Ok(())
+    }
+
     /// Deletes sub-account `x` and its subtree; its money goes to the parent (10.17).
     /// Returns the removed account ids.
     pub fn delete_sub(&mut self, x: AccountId) -> Result<Vec<AccountId>, OpError> {

@@ -105,6 +105,28 @@ pub struct Account {
 }
 
 impl Account {
+    /// A fresh account: no money, no log, no children. `grand` only for grandchild-kind.
+    pub fn new(uuid: AccountId, name: String, kind: Kind, parent: Option<AccountId>, grand: Option<Grand>) -> Account {
+        let sub_due = grand.as_ref().map_or(0, |g| i128::from(g.amount_due));
+        Account {
+            uuid,
+            name,
+            kind,
+            parent,
+            children: Vec::new(),
+            balance: 0,
+            allocation: 0,
+            priority: 0,
+            status: "active".into(),
+            grand,
+            log_len: 0,
+            sub_balance: 0,
+            sub_due,
+            days: BTreeMap::new(),
+            track: BTreeMap::new(),
+        }
+    }
+
     pub fn is_child_kind(&self) -> bool {
         self.kind != Kind::Main
     }
@@ -146,6 +168,18 @@ pub fn parse_uuid(s: &str) -> Option<AccountId> {
 }
 
 impl Tree {
+    /// A new user's tree: the main account `Main` holding the opening balance.
+    pub fn new_user(root: AccountId, initial_balance: i64) -> Tree {
+        let mut main = Account::new(root, "Main".into(), Kind::Main, None, None);
+        main.balance = initial_balance;
+        main.sub_balance = i128::from(initial_balance);
+        Tree {
+            root,
+            accounts: [(root, Arc::new(main))].into_iter().collect(),
+            ledger: Ledger { initial_balance, deposits: 0, withdrawals: 0 },
+        }
+    }
+
     pub fn get(&self, id: AccountId) -> Option<&Account> {
         self.accounts.get(&id).map(|a| a.as_ref())
     }
