@@ -51,7 +51,10 @@ fn stored_secret(dir: &Path) -> std::io::Result<String> {
 }
 
 impl App {
-    pub fn open(cfg: Config, clock: Arc<dyn Clock>) -> Result<Arc<App>, Box<dyn std::error::Error + Send + Sync>> {
+    pub fn open(
+        cfg: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<App>, Box<dyn std::error::Error + Send + Sync>> {
         std::fs::create_dir_all(&cfg.data_dir)?;
         let secret = match cfg.jwt_secret.as_deref() {
             Some(s) if !s.is_empty() => {

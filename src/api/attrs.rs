@@ -25,7 +25,10 @@ fn not_found() -> ApiError {
 
 /// A grandchild's fields, or 403 with the endpoint's kind error.
 fn grand<'a>(a: &'a Account, kind_error: &str) -> Result<&'a Grand, ApiError> {
-    a.grand.as_ref().filter(|_| a.kind == Kind::Grandchild).ok_or_else(|| ApiError::new(403, kind_error))
+    a.grand
+        .as_ref()
+        .filter(|_| a.kind == Kind::Grandchild)
+        .ok_or_else(|| ApiError::new(403, kind_error))
 }
 
 /// Finds a grandchild-kind account for a setter and returns its id.
@@ -43,7 +46,11 @@ fn recompute_due(ctx: &mut Ctx, id: AccountId) -> Result<i64, ApiError> {
 }
 
 fn grand_mut<'a>(ctx: &'a mut Ctx, id: AccountId) -> Result<&'a mut Grand, ApiError> {
-    ctx.acc_mut(id).map_err(op_err(""))?.grand.as_mut().ok_or_else(|| ApiError::Internal("grandchild without fields".into()))
+    ctx.acc_mut(id)
+        .map_err(op_err(""))?
+        .grand
+        .as_mut()
+        .ok_or_else(|| ApiError::Internal("grandchild without fields".into()))
 }
 
 pub async fn change_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -92,15 +99,23 @@ pub async fn get_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn set_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let uuid = p.req_str("uuid", "UUID is required")?;
-    let d = number(p, "priority", Some("Priority is required"), "Priority must be numeric")?
-        .ok_or_else(|| ApiError::bad("Priority is required"))?;
+    let d = number(
+        p,
+        "priority",
+        Some("Priority is required"),
+        "Priority must be numeric",
+    )?
+    .ok_or_else(|| ApiError::bad("Priority is required"))?;
     if d.is_negative() {
         return Err(ApiError::bad("Priority must be positive"));
     }
     if d.abs_gt(PRIORITY_MAX_MICRO, 6) {
         return Err(ApiError::bad("Priority is too large"));
     }
-    let prio = d.rounded_abs(6).and_then(|v| i64::try_from(v).ok()).ok_or_else(|| ApiError::bad("Priority is too large"))?;
+    let prio = d
+        .rounded_abs(6)
+        .and_then(|v| i64::try_from(v).ok())
+        .ok_or_else(|| ApiError::bad("Priority is too large"))?;
     mutate(app, rq, |ctx, _| {
         let a = find(ctx.tree, &uuid, not_found)?;
         if !a.is_child_kind() {
@@ -110,7 +125,10 @@ pub async fn set_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         ctx.acc_mut(id).map_err(op_err(""))?.priority = prio;
         let text = fmt_scaled(prio.into(), 6);
         Ok(Done::from(
-            Obj::new().str("message", &format!("Priority set to {text}")).str("uuid", &uuid).num("priority", &text),
+            Obj::new()
+                .str("message", &format!("Priority set to {text}"))
+                .str("uuid", &uuid)
+                .num("priority", &text),
         ))
     })
     .await
@@ -121,9 +139,14 @@ pub async fn get_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, not_found)?;
     if !a.is_child_kind() {
-        return Err(ApiError::new(403, "Priority only available for child or grandchild accounts"));
+        return Err(ApiError::new(
+            403,
+            "Priority only available for child or grandchild accounts",
+        ));
     }
-    Ok(Obj::new().str("uuid", &uuid).num("priority", &fmt_scaled(a.priority.into(), 6)))
+    Ok(Obj::new()
+        .str("uuid", &uuid)
+        .num("priority", &fmt_scaled(a.priority.into(), 6)))
 }
 
 pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -164,9 +187,12 @@ async fn get_grand_attr(
 }
 
 pub async fn get_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, "Due date only applicable to grandchild accounts", |o, g| {
-        o.opt_str("due_date", g.due_date.map(fmt_due).as_deref())
-    })
+    get_grand_attr(
+        app,
+        rq,
+        "Due date only applicable to grandchild accounts",
+        |o, g| o.opt_str("due_date", g.due_date.map(fmt_due).as_deref()),
+    )
     .await
 }
 
@@ -184,13 +210,21 @@ pub async fn set_fixed_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let id = grand_id(ctx, &uuid, "Fixed amount only applicable to grandchild accounts")?;
         grand_mut(ctx, id)?.fixed_amount = fixed;
         let due = recompute_due(ctx, id)?;
-        Ok(Done::from(Obj::new().str("uuid", &uuid).money("fixed_amount", fixed.into()).money("amount_due", due.into())))
+        Ok(Done::from(
+            Obj::new()
+                .str("uuid", &uuid)
+                .money("fixed_amount", fixed.into())
+                .money("amount_due", due.into()),
+        ))
     })
     .await
 }
 
 pub async fn get_fixed_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| o.money("fixed_amount", g.fixed_amount.into())).await
+    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| {
+        o.money("fixed_amount", g.fixed_amount.into())
+    })
+    .await
 }
 
 pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -202,14 +236,20 @@ pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
         grand_mut(ctx, id)?.account_type = t.clone();
         Ok(Done::from(
-            Obj::new().str("message", &format!("Account type updated to {t}")).str("uuid", &uuid).str("account_type", &t),
+            Obj::new()
+                .str("message", &format!("Account type updated to {t}"))
+                .str("uuid", &uuid)
+                .str("account_type", &t),
         ))
     })
     .await
 }
 
 pub async fn get_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| o.str("account_type", &g.account_type)).await
+    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| {
+        o.str("account_type", &g.account_type)
+    })
+    .await
 }
 
 pub async fn set_freq(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -245,7 +285,8 @@ pub async fn set_periods(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let uuid = p.req_str("uuid", "UUID is required")?;
     let bad = "Periods must be a positive integer";
-    let d = number(p, "periods", Some("Periods is required"), bad)?.ok_or_else(|| ApiError::bad("Periods is required"))?;
+    let d = number(p, "periods", Some("Periods is required"), bad)?
+        .ok_or_else(|| ApiError::bad("Periods is required"))?;
     let n = integral(&d, 1, PERIODS_MAX, bad)?;
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
@@ -255,12 +296,18 @@ pub async fn set_periods(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             recompute_due(ctx, id)?;
         }
         Ok(Done::from(
-            Obj::new().str("uuid", &uuid).int("periods", n.into()).str("message", &format!("Number of periods set to {n}")),
+            Obj::new()
+                .str("uuid", &uuid)
+                .int("periods", n.into())
+                .str("message", &format!("Number of periods set to {n}")),
         ))
     })
     .await
 }
 
 pub async fn get_periods(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| o.num("periods", &g.periods.display())).await
+    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| {
+        o.num("periods", &g.periods.display())
+    })
+    .await
 }

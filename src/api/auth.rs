@@ -18,7 +18,9 @@ use crate::store::users::UserState;
 use crate::store::{UserRecord, Write};
 
 fn valid_user_id(s: &str) -> bool {
-    (1..=128).contains(&s.len()) && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
 pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -63,16 +65,26 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         role: "user".into(),
         created_at: rq.now(),
         root,
-        ledger: Ledger { initial_balance: initial, deposits: 0, withdrawals: 0 },
+        ledger: Ledger {
+            initial_balance: initial,
+            deposits: 0,
+            withdrawals: 0,
+        },
     };
     let tree = Tree::new_user(root, initial);
-    let main = tree.get(root).ok_or_else(|| ApiError::Internal("new tree without root".into()))?;
+    let main = tree
+        .get(root)
+        .ok_or_else(|| ApiError::Internal("new tree without root".into()))?;
     let writes = vec![
         Write::Put(codec::user_key(&user_id), encode(&user)?),
         Write::Put(codec::account_key(user.user_no, root), encode(main)?),
     ];
-    guard.commit(writes, Some(Arc::new(UserState { user, tree }))).await?;
-    Ok(Obj::new().str("user_id", &user_id).str("uuid", &crate::domain::tree::fmt_uuid(root)))
+    guard
+        .commit(writes, Some(Arc::new(UserState { user, tree })))
+        .await?;
+    Ok(Obj::new()
+        .str("user_id", &user_id)
+        .str("uuid", &crate::domain::tree::fmt_uuid(root)))
 }
 
 pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -85,7 +97,11 @@ pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     }
     let record = app.users.store.get_user(&user_id)?;
     let hash = record.as_ref().and_then(|r| r.password_hash.clone());
-    let ok = app.passwords.verify(password, hash).await.map_err(ApiError::Internal)?;
+    let ok = app
+        .passwords
+        .verify(password, hash)
+        .await
+        .map_err(ApiError::Internal)?;
     let Some(record) = record.filter(|_| ok) else {
         return Err(match app.login_backoff.fail(&user_id, t) {
             Failure::Wait(msg, secs) => ApiError::TooMany(msg, secs),
@@ -127,8 +143,16 @@ fn numeric_date(v: PVal) -> Result<Option<i64>, ApiError> {
         if d.is_negative() {
             return Err(bad());
         }
-        let whole = d.scaled(0).trunc.and_then(|v| i64::try_from(v).ok()).ok_or_else(bad)?;
-        let secs = if d.abs_gt(1_000_000, 0) { whole } else { whole.checked_mul(86_400).ok_or_else(bad)? };
+        let whole = d
+            .scaled(0)
+            .trunc
+            .and_then(|v| i64::try_from(v).ok())
+            .ok_or_else(bad)?;
+        let secs = if d.abs_gt(1_000_000, 0) {
+            whole
+        } else {
+            whole.checked_mul(86_400).ok_or_else(bad)?
+        };
         return Ok(Some(secs));
     }
     parse_date(trimmed).map(Some).ok_or_else(bad)
@@ -170,7 +194,10 @@ pub fn generate_token(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             c.insert(k.into(), Value::String(v));
         }
     }
-    c.insert("token_type".into(), Value::String(if session { "session" } else { "expiry" }.into()));
+    c.insert(
+        "token_type".into(),
+        Value::String(if session { "session" } else { "expiry" }.into()),
+    );
     if let (true, Some(sid)) = (session, session_id) {
         c.insert("session_id".into(), Value::String(sid));
     }

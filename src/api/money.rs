@@ -10,7 +10,13 @@ use crate::http::params::{check_len, money_cents, Params};
 use crate::http::response::ApiError;
 
 /// An amount that must be > 0: `required`, `not_numeric`, `not_positive` texts, then 3.4 steps 4-5.
-fn positive_amount(p: &Params, name: &str, required: &str, not_numeric: &str, not_positive: &str) -> Result<i64, ApiError> {
+fn positive_amount(
+    p: &Params,
+    name: &str,
+    required: &str,
+    not_numeric: &str,
+    not_positive: &str,
+) -> Result<i64, ApiError> {
     let d: Dec = number(p, name, Some(required), not_numeric)?.ok_or_else(|| ApiError::bad(required))?;
     if d.is_negative() || d.is_zero() {
         return Err(ApiError::bad(not_positive));
@@ -19,7 +25,10 @@ fn positive_amount(p: &Params, name: &str, required: &str, not_numeric: &str, no
 }
 
 fn insufficient(prefix: &str, balance: i64) -> ApiError {
-    ApiError::bad(format!("{prefix}Insufficient balance! Your current balance is:{}", fmt_money(balance.into())))
+    ApiError::bad(format!(
+        "{prefix}Insufficient balance! Your current balance is:{}",
+        fmt_money(balance.into())
+    ))
 }
 
 /// `transaction_date`: absent means now; present must parse (D20).
@@ -47,31 +56,59 @@ fn posting(p: &Params, uuid: String, now: i64) -> Result<Posting, ApiError> {
     check_len("initiated_by", by.as_deref(), 64)?;
     check_len("transaction_number", txn.as_deref(), 128)?;
     let date = transaction_date(p, now)?;
-    Ok(Posting { uuid, channel, txn, by: by.unwrap_or_else(|| "User".into()), date })
+    Ok(Posting {
+        uuid,
+        channel,
+        txn,
+        by: by.unwrap_or_else(|| "User".into()),
+        date,
+    })
 }
 
 pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let uuid = p.req_str("uuid", "uuid is required")?;
-    let amount = positive_amount(p, "amount", "amount is required", "amount must be numeric", "amount must be > 0")?;
+    let amount = positive_amount(
+        p,
+        "amount",
+        "amount is required",
+        "amount must be numeric",
+        "amount must be > 0",
+    )?;
     let post = posting(p, uuid, rq.now())?;
     let store = app.users.store.clone();
     mutate(app, rq, |ctx, cur| {
-        let acc = find(ctx.tree, &post.uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+        let acc = find(ctx.tree, &post.uuid, || {
+            rq.role_not_found("Account not found or unauthorized")
+        })?;
         let x = acc.uuid;
         if x == ctx.tree.root {
             if let Some(id) = &post.txn {
                 if store.main_txid_exists(cur.user.user_no, id)? {
-                    return Err(ApiError::new(409, format!("Deposit failed: This deposit has already been made. Transaction ID:{id}")));
+                    return Err(ApiError::new(
+                        409,
+                        format!("Deposit failed: This deposit has already been made. Transaction ID:{id}"),
+                    ));
                 }
             }
         }
-        ctx.deposit(x, amount, post.txn.as_deref(), &post.by, &post.channel, post.date, Mode::External)
-            .map_err(op_err("Deposit not allowed. Account is not active."))?;
+        ctx.deposit(
+            x,
+            amount,
+            post.txn.as_deref(),
+            &post.by,
+            &post.channel,
+            post.date,
+            Mode::External,
+        )
+        .map_err(op_err("Deposit not allowed. Account is not active."))?;
         ctx.tree.ledger.deposits += i128::from(amount);
         let balance = ctx.acc(x).map_err(op_err(""))?.balance;
         Ok(Done::from(
-            Obj::new().str("account_uuid", &post.uuid).money("amount", amount.into()).money("balance", balance.into()),
+            Obj::new()
+                .str("account_uuid", &post.uuid)
+                .money("amount", amount.into())
+                .money("balance", balance.into()),
         ))
     })
     .await
@@ -80,18 +117,31 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let uuid = p.req_str("uuid", "uuid is required")?;
-    let amount = positive_amount(p, "amount", "amount is required", "Invalid withdrawal amount", "Invalid withdrawal amount")?;
+    let amount = positive_amount(
+        p,
+        "amount",
+        "amount is required",
+        "Invalid withdrawal amount",
+        "Invalid withdrawal amount",
+    )?;
     let post = posting(p, uuid, rq.now())?;
     mutate(app, rq, |ctx, _| {
-        let acc = find(ctx.tree, &post.uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+        let acc = find(ctx.tree, &post.uuid, || {
+            rq.role_not_found("Account not found or unauthorized")
+        })?;
         let x = acc.uuid;
         if amount > acc.balance {
             return Err(insufficient("Failed: ", acc.balance));
         }
-        ctx.withdraw(x, amount, &post.by, &post.channel, post.txn.as_deref(), post.date).map_err(op_err(""))?;
+        ctx.withdraw(x, amount, &post.by, &post.channel, post.txn.as_deref(), post.date)
+            .map_err(op_err(""))?;
         ctx.tree.ledger.withdrawals += i128::from(amount);
         let balance = ctx.acc(x).map_err(op_err(""))?.balance;
-        Ok(Done::from(Obj::new().str("account_uuid", &post.uuid).money("balance", balance.into())))
+        Ok(Done::from(
+            Obj::new()
+                .str("account_uuid", &post.uuid)
+                .money("balance", balance.into()),
+        ))
     })
     .await
 }
@@ -99,14 +149,22 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let uuid = p.req_str("uuid", "uuid is required")?;
-    let amount = positive_amount(p, "amount", "amount is required", "amount must be numeric", "amount must be > 0")?;
+    let amount = positive_amount(
+        p,
+        "amount",
+        "amount is required",
+        "amount must be numeric",
+        "amount must be > 0",
+    )?;
     let txn = p.str("transaction")?;
     let by = p.str("initiated_by")?;
     check_len("transaction", txn.as_deref(), 128)?;
     check_len("initiated_by", by.as_deref(), 64)?;
     let by = by.unwrap_or_else(|| "System".into());
     mutate(app, rq, |ctx, _| {
-        let acc = find(ctx.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+        let acc = find(ctx.tree, &uuid, || {
+            rq.role_not_found("Account not found or unauthorized")
+        })?;
         let x = acc.uuid;
         if amount > acc.balance {
             return Err(insufficient("Distribution failed: ", acc.balance));
@@ -116,11 +174,19 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         ctx.rollover_children(x).map_err(&internal)?;
         let active = ctx.active_children(x).map_err(&internal)?;
         if active.is_empty() {
-            return Err(ApiError::bad("Distribution failed: No active child accounts available."));
+            return Err(ApiError::bad(
+                "Distribution failed: No active child accounts available.",
+            ));
         }
-        let weight: i64 = active.iter().filter_map(|c| ctx.tree.get(*c)).map(|c| c.allocation).sum();
+        let weight: i64 = active
+            .iter()
+            .filter_map(|c| ctx.tree.get(*c))
+            .map(|c| c.allocation)
+            .sum();
         if amount >= 10 && weight == 0 {
-            return Err(ApiError::bad("Distribution failed: No active child accounts with a positive allocation."));
+            return Err(ApiError::bad(
+                "Distribution failed: No active child accounts with a positive allocation.",
+            ));
         }
         ctx.split(x, amount, txn.as_deref(), &by).map_err(&internal)?;
         let balance = ctx.acc(x).map_err(&internal)?.balance;
@@ -139,19 +205,33 @@ pub async fn move_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let from = p.req_str("from_uuid", "Source account (from_uuid) is required")?;
     let to = p.req_str("to_uuid", "Destination account (to_uuid) is required")?;
-    let amount = positive_amount(p, "amount", "Amount is required", "Amount must be a positive number", "Amount must be a positive number")?;
+    let amount = positive_amount(
+        p,
+        "amount",
+        "Amount is required",
+        "Amount must be a positive number",
+        "Amount must be a positive number",
+    )?;
     mutate(app, rq, |ctx, _| {
         let src = find(ctx.tree, &from, || ApiError::new(404, "Source account not found"))?;
         let dst = find(ctx.tree, &to, || ApiError::new(404, "Target account not found"))?;
         if src.uuid == dst.uuid {
-            return Err(ApiError::bad("Failed: Source and destination accounts must differ"));
+            return Err(ApiError::bad(
+                "Failed: Source and destination accounts must differ",
+            ));
         }
         if amount > src.balance {
             return Err(insufficient("Failed: ", src.balance));
         }
-        let message = format!("Moved {} from {} to {}", fmt_money(amount.into()), src.name, dst.name);
+        let message = format!(
+            "Moved {} from {} to {}",
+            fmt_money(amount.into()),
+            src.name,
+            dst.name
+        );
         let (s, d) = (src.uuid, dst.uuid);
-        ctx.transfer(s, d, amount).map_err(op_err("Failed: Deposit not allowed. Account is not active."))?;
+        ctx.transfer(s, d, amount)
+            .map_err(op_err("Failed: Deposit not allowed. Account is not active."))?;
         Ok(Done::from(
             Obj::new()
                 .str("message", &message)

@@ -32,9 +32,15 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let parent_uuid = p.req_str("parent_uuid", "uuid is required")?;
     let name = p.req_str("name", "name is required")?;
     let bad_alloc = "Invalid allocation: must be a number between 0 and 1";
-    let allocation = number(p, "allocation", None, bad_alloc)?.map(|d| millionths(&d, ALLOC_ONE.into(), bad_alloc)).transpose()?.unwrap_or(0);
+    let allocation = number(p, "allocation", None, bad_alloc)?
+        .map(|d| millionths(&d, ALLOC_ONE.into(), bad_alloc))
+        .transpose()?
+        .unwrap_or(0);
     let bad_prio = "Invalid priority: must be a non-negative integer";
-    let priority = number(p, "priority", None, bad_prio)?.map(|d| millionths(&d, PRIORITY_MAX_MICRO, bad_prio)).transpose()?.unwrap_or(0);
+    let priority = number(p, "priority", None, bad_prio)?
+        .map(|d| millionths(&d, PRIORITY_MAX_MICRO, bad_prio))
+        .transpose()?
+        .unwrap_or(0);
     let bad_fixed = "Invalid fixed amount: must be a non-negative number";
     let fixed = match number(p, "fixed_amount", None, bad_fixed)? {
         None => 0,
@@ -42,21 +48,36 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         Some(d) => money_cents("fixed_amount", &d)?,
     };
     let bad_freq = "Invalid frequency: must be a non-negative integer";
-    let freq = number(p, "freq", None, bad_freq)?.map(|d| integral(&d, 0, FREQ_MAX_DAYS, bad_freq)).transpose()?;
+    let freq = number(p, "freq", None, bad_freq)?
+        .map(|d| integral(&d, 0, FREQ_MAX_DAYS, bad_freq))
+        .transpose()?;
     let due = match p.str("due_date")? {
         None => None,
-        Some(s) => Some(parse_date(&s).ok_or_else(|| ApiError::bad("Invalid due date: must be a valid date"))?),
+        Some(s) => {
+            Some(parse_date(&s).ok_or_else(|| ApiError::bad("Invalid due date: must be a valid date"))?)
+        }
     };
     let account_type = p.str("account_type")?;
     let status = p.str("status")?;
     check_len("name", Some(&name), 128)?;
     check_len("account_type", account_type.as_deref(), 64)?;
     check_len("status", status.as_deref(), 64)?;
-    let status = if allocation == 0 { "inactive".to_string() } else { status.map_or_else(|| "active".into(), |s| normalise_status(&s)) };
+    let status = if allocation == 0 {
+        "inactive".to_string()
+    } else {
+        status.map_or_else(|| "active".into(), |s| normalise_status(&s))
+    };
     mutate(app, rq, |ctx, _| {
-        let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
+        let parent = find(ctx.tree, &parent_uuid, || {
+            ApiError::new(404, "Parent account not found")
+        })?;
         let pid = parent.uuid;
-        if parent.children.iter().filter_map(|c| ctx.tree.get(*c)).any(|c| c.name == name) {
+        if parent
+            .children
+            .iter()
+            .filter_map(|c| ctx.tree.get(*c))
+            .any(|c| c.name == name)
+        {
             return Err(ApiError::bad("Account name already exists under this parent"));
         }
         if ctx.tree.depth(pid) + 1 > MAX_DEPTH {
@@ -73,7 +94,11 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
                 "Child account not added: Total allocation exceeds 100%. Please adjust the allocations.",
             ));
         }
-        let kind = if parent.kind == Kind::Main { Kind::Child } else { Kind::Grandchild };
+        let kind = if parent.kind == Kind::Main {
+            Kind::Child
+        } else {
+            Kind::Grandchild
+        };
         let parent_name = parent.name.clone();
         let id = uuid::Uuid::new_v4().as_u128();
         let grand = (kind == Kind::Grandchild).then(|| Grand {
@@ -106,10 +131,13 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let child_name = p.req_str("child_name", "child_name is required")?;
     check_len("child_name", Some(&child_name), 128)?;
     let bad = "Allocation must be a number between 0 and 1";
-    let d = number(p, "allocation", Some("Allocation is required"), bad)?.ok_or_else(|| ApiError::bad("Allocation is required"))?;
+    let d = number(p, "allocation", Some("Allocation is required"), bad)?
+        .ok_or_else(|| ApiError::bad("Allocation is required"))?;
     let allocation = millionths(&d, ALLOC_ONE.into(), bad)?;
     mutate(app, rq, |ctx, _| {
-        let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
+        let parent = find(ctx.tree, &parent_uuid, || {
+            ApiError::new(404, "Parent account not found")
+        })?;
         let pid = parent.uuid;
         let child = parent
             .children
@@ -128,7 +156,13 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let total = ctx.tree.total_allocation(pid);
         Ok(Done::from(
             Obj::new()
-                .str("message", &format!("Allocation for {child_name} updated to {}", fmt_scaled(allocation.into(), 6)))
+                .str(
+                    "message",
+                    &format!(
+                        "Allocation for {child_name} updated to {}",
+                        fmt_scaled(allocation.into(), 6)
+                    ),
+                )
                 .num("total_allocation", &fmt_scaled(total.into(), 6)),
         ))
     })
@@ -148,21 +182,25 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         if acc.uuid == cur.tree.root {
             let writes = user_deletion_writes(app.users.store.as_ref(), &cur.user)?;
             guard.commit(writes, None).await?;
-            return Ok(Obj::new()
-                .str("uuid", &uuid)
-                .str("message", &format!("Account for user_id '{user_id}' deleted successfully.")));
+            return Ok(Obj::new().str("uuid", &uuid).str(
+                "message",
+                &format!("Account for user_id '{user_id}' deleted successfully."),
+            ));
         }
     }
     let res = mutate(app, rq, |ctx, _| {
         let x = find(ctx.tree, &uuid, not_found)?.uuid;
         if x == ctx.tree.root {
-            return Err(ApiError::Internal("main account reached the sub-account path".into()));
+            return Err(ApiError::Internal(
+                "main account reached the sub-account path".into(),
+            ));
         }
         let removed = ctx.delete_sub(x).map_err(op_err(""))?;
         Ok(Done {
-            fields: Obj::new()
-                .str("uuid", &uuid)
-                .str("message", &format!("Account with UUID '{uuid}' deleted successfully.")),
+            fields: Obj::new().str("uuid", &uuid).str(
+                "message",
+                &format!("Account with UUID '{uuid}' deleted successfully."),
+            ),
             removed,
         })
     })
@@ -177,8 +215,15 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn list_child_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "uuid is required")?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || rq.role_not_found("Parent account not found or unauthorized"))?;
-    let names: Vec<&str> = a.children.iter().filter_map(|c| st.tree.get(*c)).map(|c| c.name.as_str()).collect();
+    let a = find(&st.tree, &uuid, || {
+        rq.role_not_found("Parent account not found or unauthorized")
+    })?;
+    let names: Vec<&str> = a
+        .children
+        .iter()
+        .filter_map(|c| st.tree.get(*c))
+        .map(|c| c.name.as_str())
+        .collect();
     Ok(Obj::new()
         .str("uuid", &uuid)
         .str("account_name", &a.name)
@@ -189,10 +234,19 @@ pub async fn list_child_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn list_all_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "uuid is required")?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    let a = find(&st.tree, &uuid, || {
+        rq.role_not_found("Account not found or unauthorized")
+    })?;
     let order = st.tree.list_all(a.uuid);
-    let names: Vec<&str> = order.iter().filter_map(|c| st.tree.get(*c)).map(|c| c.name.as_str()).collect();
-    Ok(Obj::new().str("uuid", &uuid).int("total_accounts", names.len() as i128).str_array("account_names", &names))
+    let names: Vec<&str> = order
+        .iter()
+        .filter_map(|c| st.tree.get(*c))
+        .map(|c| c.name.as_str())
+        .collect();
+    Ok(Obj::new()
+        .str("uuid", &uuid)
+        .int("total_accounts", names.len() as i128)
+        .str_array("account_names", &names))
 }
 
 pub async fn find_by_name(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -205,17 +259,28 @@ pub async fn find_by_name(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         .into_iter()
         .filter_map(|id| t.get(id))
         .filter(|a| a.name == name)
-        .map(|a| Obj::new().str("uuid", &fmt_uuid(a.uuid)).str("name", &a.name).str("path", &t.path(a.uuid)).finish())
+        .map(|a| {
+            Obj::new()
+                .str("uuid", &fmt_uuid(a.uuid))
+                .str("name", &a.name)
+                .str("path", &t.path(a.uuid))
+                .finish()
+        })
         .collect();
     let n = matches.len();
-    Ok(Obj::new().str("search_name", &name).raw("matches", &array(matches)).int("total_matches", n as i128))
+    Ok(Obj::new()
+        .str("search_name", &name)
+        .raw("matches", &array(matches))
+        .int("total_matches", n as i128))
 }
 
 pub async fn find_by_uuid(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "UUID is required")?;
     let st = snapshot(app, rq).await?;
     let t = &st.tree;
-    let a = find(t, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    let a = find(t, &uuid, || {
+        rq.role_not_found("Account not found or unauthorized")
+    })?;
     let mut o = Obj::new()
         .str("uuid", &uuid)
         .str("name", &a.name)
@@ -228,6 +293,10 @@ pub async fn find_by_uuid(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         None => o.null("amount_due"),
     };
     o = o.money("total_amount_due", a.sub_due);
-    o = if a.is_child_kind() { o.num("allocation", &fmt_scaled(a.allocation.into(), 6)) } else { o.null("allocation") };
+    o = if a.is_child_kind() {
+        o.num("allocation", &fmt_scaled(a.allocation.into(), 6))
+    } else {
+        o.null("allocation")
+    };
     Ok(o.opt_str("parent_uuid", a.parent.map(fmt_uuid).as_deref()))
 }

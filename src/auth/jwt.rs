@@ -28,7 +28,11 @@ impl Jwt {
         v.validate_nbf = false;
         v.validate_aud = false;
         v.leeway = 0;
-        Jwt { enc: EncodingKey::from_secret(secret), dec: DecodingKey::from_secret(secret), validation: v }
+        Jwt {
+            enc: EncodingKey::from_secret(secret),
+            dec: DecodingKey::from_secret(secret),
+            validation: v,
+        }
     }
 
     /// Verifies a token at `now_secs`; `None` on any failure.

@@ -106,7 +106,13 @@ pub struct Account {
 
 impl Account {
     /// A fresh account: no money, no log, no children. `grand` only for grandchild-kind.
-    pub fn new(uuid: AccountId, name: String, kind: Kind, parent: Option<AccountId>, grand: Option<Grand>) -> Account {
+    pub fn new(
+        uuid: AccountId,
+        name: String,
+        kind: Kind,
+        parent: Option<AccountId>,
+        grand: Option<Grand>,
+    ) -> Account {
         let sub_due = grand.as_ref().map_or(0, |g| i128::from(g.amount_due));
         Account {
             uuid,
@@ -176,7 +182,11 @@ impl Tree {
         Tree {
             root,
             accounts: [(root, Arc::new(main))].into_iter().collect(),
-            ledger: Ledger { initial_balance, deposits: 0, withdrawals: 0 },
+            ledger: Ledger {
+                initial_balance,
+                deposits: 0,
+                withdrawals: 0,
+            },
         }
     }
 
@@ -205,7 +215,13 @@ impl Tree {
     /// Sum of the direct children's allocations (millionths), always exact (D7).
     pub fn total_allocation(&self, id: AccountId) -> i64 {
         self.get(id)
-            .map(|a| a.children.iter().filter_map(|c| self.get(*c)).map(|c| c.allocation).sum())
+            .map(|a| {
+                a.children
+                    .iter()
+                    .filter_map(|c| self.get(*c))
+                    .map(|c| c.allocation)
+                    .sum()
+            })
             .unwrap_or(0)
     }
 

@@ -138,7 +138,10 @@ impl Params {
     /// Builds the parameters; `Err` is the 400 `Invalid request body`.
     pub fn parse(query: Option<&str>, content_type: Option<&str>, body: &[u8]) -> Result<Params, ApiError> {
         let query = query.map(parse_pairs).unwrap_or_default();
-        let mut p = Params { query, body: Body::None };
+        let mut p = Params {
+            query,
+            body: Body::None,
+        };
         if body.iter().all(|c| c.is_ascii_whitespace()) {
             return Ok(p);
         }
@@ -158,14 +161,26 @@ impl Params {
     }
 
     pub fn get(&self, name: &str) -> PVal<'_> {
-        let text = |s: &str| if s.is_empty() { PVal::Empty } else { PVal::Str(Cow::Owned(s.to_string())) };
+        let text = |s: &str| {
+            if s.is_empty() {
+                PVal::Empty
+            } else {
+                PVal::Str(Cow::Owned(s.to_string()))
+            }
+        };
         if let Some((_, v)) = self.query.iter().find(|(k, _)| k == name) {
             return text(v);
         }
         match &self.body {
             Body::None => PVal::Missing,
-            Body::Form(pairs) => pairs.iter().find(|(k, _)| k == name).map_or(PVal::Missing, |(_, v)| text(v)),
-            Body::Json(m) => m.iter().find(|(k, _)| k == name).map_or(PVal::Missing, |(_, v)| json_pval(v)),
+            Body::Form(pairs) => pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map_or(PVal::Missing, |(_, v)| text(v)),
+            Body::Json(m) => m
+                .iter()
+                .find(|(k, _)| k == name)
+                .map_or(PVal::Missing, |(_, v)| json_pval(v)),
         }
     }
 
@@ -213,7 +228,9 @@ pub const MONEY_MAX_CENTS: i128 = 100_000_000_000_000;
 pub fn money_cents(name: &str, d: &Dec) -> Result<i64, ApiError> {
     let s = d.scaled(2);
     if s.rem_nonzero {
-        return Err(ApiError::bad(format!("{name} must have at most 2 decimal places")));
+        return Err(ApiError::bad(format!(
+            "{name} must have at most 2 decimal places"
+        )));
     }
     match s.trunc {
         Some(c) if c <= MONEY_MAX_CENTS => Ok(c as i64),
@@ -235,7 +252,12 @@ mod tests {
 
     #[test]
     fn precedence_and_presence() {
-        let p = Params::parse(Some("uuid=q&uuid=second&e="), Some("application/json"), br#"{"uuid":"b","amount":10.50,"x":[1],"y":[1,2],"n":null,"s":"","e":"body"}"#).unwrap();
+        let p = Params::parse(
+            Some("uuid=q&uuid=second&e="),
+            Some("application/json"),
+            br#"{"uuid":"b","amount":10.50,"x":[1],"y":[1,2],"n":null,"s":"","e":"body"}"#,
+        )
+        .unwrap();
         assert_eq!(p.get("uuid"), PVal::Str("q".into()));
         assert_eq!(p.get("amount"), PVal::Num("10.50".into()));
         assert_eq!(p.get("x"), PVal::Num("1".into()));

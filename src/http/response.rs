@@ -48,7 +48,11 @@ pub struct Reply {
 
 impl Reply {
     pub fn json(status: u16, body: String) -> Reply {
-        Reply { status, body, headers: Vec::new() }
+        Reply {
+            status,
+            body,
+            headers: Vec::new(),
+        }
     }
 
     /// `{"success":false,"status":N,"error":"..."}`
@@ -69,7 +73,10 @@ impl Reply {
         let mut r = Response::new(Full::new(Bytes::from(self.body)));
         *r.status_mut() = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let h = r.headers_mut();
-        h.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         for (k, v) in self.headers {
             h.insert(k, v);
         }
@@ -80,22 +87,37 @@ impl Reply {
 /// Wraps endpoint fields (or an error) in the envelope with timing.
 pub fn envelope(result: Result<Obj, ApiError>, prefix: &str, start_us: i64, end_us: i64) -> Reply {
     let (status, head, fields) = match result {
-        Ok(fields) => (200, Obj::new().bool("success", true).int("status", 200), Some(fields)),
+        Ok(fields) => (
+            200,
+            Obj::new().bool("success", true).int("status", 200),
+            Some(fields),
+        ),
         Err(ApiError::Bare(status, msg)) => return Reply::bare(status, &msg),
         Err(ApiError::TooMany(msg, secs)) => {
             let mut r = envelope(Err(ApiError::new(429, msg)), prefix, start_us, end_us);
-            r.headers.push((hyper::header::RETRY_AFTER, HeaderValue::from(secs)));
+            r.headers
+                .push((hyper::header::RETRY_AFTER, HeaderValue::from(secs)));
             return r;
         }
         Err(ApiError::Client(status, msg, extra)) => (
             status,
-            Obj::new().bool("success", false).int("status", i128::from(status)).str("error", &msg),
+            Obj::new()
+                .bool("success", false)
+                .int("status", i128::from(status))
+                .str("error", &msg),
             extra,
         ),
         Err(ApiError::Internal(cause)) => {
             tracing::error!(%cause, prefix, "handler failed");
             let msg = format!("{prefix}: internal error");
-            (500, Obj::new().bool("success", false).int("status", 500).str("error", &msg), None)
+            (
+                500,
+                Obj::new()
+                    .bool("success", false)
+                    .int("status", 500)
+                    .str("error", &msg),
+                None,
+            )
         }
     };
     let mut body = String::with_capacity(256);

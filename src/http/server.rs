@@ -53,7 +53,8 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
 fn request_id(req: &Request<Incoming>) -> HeaderValue {
     if let Some(v) = req.headers().get("x-request-id") {
         let b = v.as_bytes();
-        if !b.is_empty() && b.len() <= 64 && b.iter().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(c)) {
+        if !b.is_empty() && b.len() <= 64 && b.iter().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(c))
+        {
             return v.clone();
         }
     }
@@ -70,7 +71,8 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     resp.headers_mut().insert("x-request-id", rid);
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
         if let Ok(v) = HeaderValue::from_str(origin) {
-            resp.headers_mut().insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+            resp.headers_mut()
+                .insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
         }
     }
     resp
@@ -81,8 +83,10 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
         Routed::Found(r) => r,
         Routed::NotFound => return Reply::bare(404, "404 - Resource Not Found"),
         Routed::WrongMethod(m) => {
-            return Reply::bare(405, "405 - Method Not Allowed")
-                .header(ALLOW, HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")))
+            return Reply::bare(405, "405 - Method Not Allowed").header(
+                ALLOW,
+                HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")),
+            )
         }
     };
     if r.ep == Ep::Ping {
@@ -116,7 +120,12 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
                 Pass::User(i) => Some(i),
                 Pass::Public => None,
             };
-            let rq = Rq { params, ident, now_us: start_us, has_auth };
+            let rq = Rq {
+                params,
+                ident,
+                now_us: start_us,
+                has_auth,
+            };
             let fut = Box::pin(api::call(app, r.ep, &rq));
             match CatchUnwind(fut).await {
                 Ok(res) => res,

@@ -49,7 +49,10 @@ pub struct WriteGuard<'a> {
 
 impl Users {
     pub fn new(store: Arc<dyn Store>) -> Users {
-        Users { store, shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        Users {
+            store,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
     }
 
     fn slot(&self, user_id: &str) -> Arc<Slot> {
@@ -66,7 +69,9 @@ impl Users {
     }
 
     fn load(&self, user_id: &str) -> Result<Option<Arc<UserState>>, StoreError> {
-        let Some(user) = self.store.get_user(user_id)? else { return Ok(None) };
+        let Some(user) = self.store.get_user(user_id)? else {
+            return Ok(None);
+        };
         let accounts = self.store.load_accounts(user.user_no)?;
         let tree = Tree {
             root: user.root,
@@ -74,7 +79,9 @@ impl Users {
             ledger: user.ledger.clone(),
         };
         if let Err(e) = crate::domain::tree::check_invariants(&tree) {
-            return Err(StoreError::Codec(format!("stored tree of {user_id} fails invariants: {e}")));
+            return Err(StoreError::Codec(format!(
+                "stored tree of {user_id} fails invariants: {e}"
+            )));
         }
         Ok(Some(Arc::new(UserState { user, tree })))
     }
@@ -105,7 +112,12 @@ impl Users {
                 s
             }
         };
-        Ok(WriteGuard { users: self, slot, _lock: lock, current })
+        Ok(WriteGuard {
+            users: self,
+            slot,
+            _lock: lock,
+            current,
+        })
     }
 }
 
@@ -129,7 +141,10 @@ pub fn mutation_writes(
 ) -> Result<Vec<Write>, StoreError> {
     let no = state.user.user_no;
     let mut w = Vec::with_capacity(dirty.len() + records.len() * 2 + 1);
-    w.push(Write::Put(codec::user_key(&state.user.user_id), encode(&state.user)?));
+    w.push(Write::Put(
+        codec::user_key(&state.user.user_id),
+        encode(&state.user)?,
+    ));
     for id in dirty {
         if let Some(a) = state.tree.get(*id) {
             w.push(Write::Put(codec::account_key(no, *id), encode(a)?));

@@ -1,0 +1,290 @@
+//! Property tests of the pure domain: the split rule, and random sequences of every
+//! money-moving and tree operation keeping every invariant of SPEC 13.2 item 10 while every
+//! aggregate equals its value recomputed from the transaction log.
+
+use std::collections::{BTreeMap, HashMap};
+
+use pfm::domain::engine::{largest_remainder, Ctx, Mode, OpError, TxRecord};
+use pfm::domain::frac::Frac;
+use pfm::domain::tree::{
+    check_invariants, Account, AccountId, DaySums, Grand, Kind, Tree, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN,
+    MAX_DEPTH,
+};
+use proptest::prelude::*;
+
+proptest! {
+    #[test]
+    fn split_conserves_and_follows_largest_remainder(amount in 0i64..10_000_000_000, weights in prop::collection::vec(0i64..=1_000_000, 1..12)) {
+        let Some(shares) = largest_remainder(amount, &weights) else {
+            prop_assert!(weights.iter().all(|w| *w == 0));
+            return Ok(());
+        };
+        prop_assert_eq!(shares.iter().sum::<i64>(), amount);
+        let w_sum: i128 = weights.iter().map(|w| i128::from(*w)).sum();
+        let exact: Vec<(i128, i128)> = weights.iter().map(|w| {
+            let p = i128::from(amount) * i128::from(*w);
+            (p / w_sum, p % w_sum)
+        }).collect();
+        for (i, s) in shares.iter().enumerate() {
+            prop_assert!(*s >= 0);
+            let extra = i128::from(*s) - exact[i].0;
+            prop_assert!(extra == 0 || extra == 1);
+        }
+        // Everyone who got an extra cent has a remainder at least as large as everyone who did
+        // not, and among equal remainders the extras go to the earlier children.
+        for i in 0..shares.len() {
+            for j in 0..shares.len() {
+                let ei = i128::from(shares[i]) - exact[i].0;
+                let ej = i128::from(shares[j]) - exact[j].0;
+                if ei == 1 && ej == 0 {
+                    prop_assert!(exact[i].1 > exact[j].1 || (exact[i].1 == exact[j].1 && i < j));
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Add {
+        parent: usize,
+        alloc: i64,
+        priority: i64,
+        fixed: i64,
+        bill: bool,
+        due_days: i64,
+        freq: u32,
+    },
+    Deposit {
+        acc: usize,
+        amount: i64,
+        user: bool,
+    },
+    Withdraw {
+        acc: usize,
+        amount: i64,
+    },
+    Distribute {
+        acc: usize,
+        amount: i64,
+    },
+    Transfer {
+        from: usize,
+        to: usize,
+        amount: i64,
+    },
+    SetAlloc {
+        acc: usize,
+        alloc: i64,
+    },
+    Status {
+        acc: usize,
+        status: usize,
+    },
+    Delete {
+        acc: usize,
+    },
+    Time {
+        days: i64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (any::<usize>(), 0i64..=600_000, 0i64..4, prop_oneof![Just(0i64), 1i64..50_000], any::<bool>(), -40i64..40, 0u32..40)
+            .prop_map(|(parent, alloc, priority, fixed, bill, due_days, freq)| Op::Add { parent, alloc, priority, fixed, bill, due_days, freq }),
+        4 => (any::<usize>(), 1i64..300_000, any::<bool>()).prop_map(|(acc, amount, user)| Op::Deposit { acc, amount, user }),
+        2 => (any::<usize>(), 1i64..100_000).prop_map(|(acc, amount)| Op::Withdraw { acc, amount }),
+        2 => (any::<usize>(), 1i64..100_000).prop_map(|(acc, amount)| Op::Distribute { acc, amount }),
+        2 => (any::<usize>(), any::<usize>(), 1i64..100_000).prop_map(|(from, to, amount)| Op::Transfer { from, to, amount }),
+        1 => (any::<usize>(), 0i64..=700_000).prop_map(|(acc, alloc)| Op::SetAlloc { acc, alloc }),
+        1 => (any::<usize>(), 0usize..4).prop_map(|(acc, status)| Op::Status { acc, status }),
+        1 => any::<usize>().prop_map(|acc| Op::Delete { acc }),
+        1 => (0i64..20).prop_map(|days| Op::Time { days }),
+    ]
+}
+
+struct Model {
+    tree: Tree,
+    now: i64,
+    log: HashMap<AccountId, Vec<TxRecord>>,
+    next_id: u128,
+}
+
+impl Model {
+    fn pick(&self, i: usize) -> AccountId {
+        let all = self.tree.preorder(self.tree.root);
+        all[i % all.len()]
+    }
+
+    /// Applies one operation with the endpoint's preconditions; an engine error discards it.
+    fn apply(&mut self, op: &Op) {
+        let mut work = self.tree.clone();
+        let now = self.now;
+        let mut ctx = Ctx::new(&mut work, now);
+        let res: Result<Vec<AccountId>, OpError> = (|| {
+            match op.clone() {
+                Op::Add {
+                    parent,
+                    alloc,
+                    priority,
+                    fixed,
+                    bill,
+                    due_days,
+                    freq,
+                } => {
+                    let p = self.pick(parent);
+                    let pa = ctx.acc(p)?;
+                    if ctx.tree.depth(p) + 1 > MAX_DEPTH
+                        || pa.children.len() >= MAX_CHILDREN
+                        || ctx.tree.accounts.len() >= MAX_ACCOUNTS
+                        || ctx.tree.total_allocation(p) + alloc > ALLOC_ONE
+                    {
+                        return Ok(vec![]);
+                    }
+                    let kind = if pa.kind == Kind::Main {
+                        Kind::Child
+                    } else {
+                        Kind::Grandchild
+                    };
+                    let grand = (kind == Kind::Grandchild).then(|| Grand {
+                        due_date: Some(now + due_days * 86_400),
+                        fixed_amount: fixed,
+                        amount_due: fixed,
+                        account_type: if bill { "Bill".into() } else { "Expense".into() },
+                        freq: Some(freq),
+                        periods: Frac::ONE,
+                    });
+                    self.next_id += 1;
+                    let mut acc =
+                        Account::new(self.next_id, format!("A{}", self.next_id), kind, Some(p), grand);
+                    acc.allocation = alloc;
+                    acc.priority = priority * 1_000_000;
+                    acc.status = if alloc == 0 {
+                        "inactive".into()
+                    } else {
+                        "active".into()
+                    };
+                    ctx.attach(acc)?;
+                }
+                Op::Deposit { acc, amount, user } => {
+                    let x = self.pick(acc);
+                    ctx.deposit(
+                        x,
+                        amount,
+                        None,
+                        if user { "User" } else { "Payroll" },
+                        "ch",
+                        now,
+                        Mode::External,
+                    )?;
+                    ctx.tree.ledger.deposits += i128::from(amount);
+                }
+                Op::Withdraw { acc, amount } => {
+                    let x = self.pick(acc);
+                    if amount <= ctx.acc(x)?.balance {
+                        ctx.withdraw(x, amount, "User", "ch", None, now)?;
+                        ctx.tree.ledger.withdrawals += i128::from(amount);
+                    }
+                }
+                Op::Distribute { acc, amount } => {
+                    let x = self.pick(acc);
+                    if amount <= ctx.acc(x)?.balance {
+                        ctx.split(x, amount, None, "System")?;
+                    }
+                }
+                Op::Transfer { from, to, amount } => {
+                    let (f, t) = (self.pick(from), self.pick(to));
+                    if f != t && amount <= ctx.acc(f)?.balance {
+                        ctx.transfer(f, t, amount)?;
+                    }
+                }
+                Op::SetAlloc { acc, alloc } => {
+                    let c = self.pick(acc);
+                    let a = ctx.acc(c)?;
+                    if let Some(p) = a.parent {
+                        if ctx.tree.total_allocation(p) - a.allocation + alloc <= ALLOC_ONE {
+                            ctx.set_allocation(c, alloc)?;
+                        }
+                    }
+                }
+                Op::Status { acc, status } => {
+                    let c = self.pick(acc);
+                    let a = ctx.acc(c)?;
+                    let s = ["active", "inactive", "closed", "custom"][status];
+                    if a.parent.is_some() && !(s == "closed" && (a.status == "closed" || a.balance > 0)) {
+                        ctx.acc_mut(c)?.status = s.into();
+                    }
+                }
+                Op::Delete { acc } => {
+                    let x = self.pick(acc);
+                    if x != ctx.tree.root {
+                        return ctx.delete_sub(x);
+                    }
+                }
+                Op::Time { .. } => {}
+            }
+            Ok(vec![])
+        })();
+        if let Op::Time { days } = op {
+            self.now += days * 86_400 + 3_600;
+        }
+        let Ok(removed) = res else { return };
+        let records = std::mem::take(&mut ctx.records);
+        for r in &removed {
+            self.log.remove(r);
+        }
+        for (acc, rec) in records {
+            assert!(rec.amount > 0, "non-positive record");
+            self.log.entry(acc).or_default().push(rec);
+        }
+        self.tree = work;
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        check_invariants(&self.tree).map_err(|e| TestCaseError::fail(format!("invariant: {e}")))?;
+        for (id, acc) in &self.tree.accounts {
+            let recs = self.log.get(id).map(Vec::as_slice).unwrap_or(&[]);
+            prop_assert_eq!(acc.log_len as usize, recs.len());
+            let mut days: BTreeMap<i64, DaySums> = BTreeMap::new();
+            for r in recs {
+                let d = days.entry(r.date.div_euclid(86_400)).or_default();
+                let a = i128::from(r.amount);
+                if r.deposit {
+                    d.dep_all += a;
+                    if r.by == "User" {
+                        d.dep_user += a;
+                    }
+                    if r.by == "User"
+                        || (r.by == "System"
+                            && r.channel.to_lowercase().contains("returned extra allocation-up"))
+                    {
+                        d.dep_alloc += a;
+                    }
+                } else if r.by == "User" {
+                    d.wd_user += a;
+                }
+            }
+            days.retain(|_, s| *s != DaySums::default());
+            let mut stored = acc.days.clone();
+            stored.retain(|_, s| *s != DaySums::default());
+            prop_assert_eq!(&stored, &days, "day sums of {}", acc.name);
+            if let Some(last) = recs.last() {
+                prop_assert_eq!(last.balance, acc.balance);
+            }
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #[test]
+    fn random_operations_keep_invariants_and_aggregates(initial in 0i64..1_000_000, ops in prop::collection::vec(op(), 1..80)) {
+        let mut m = Model { tree: Tree::new_user(0, initial), now: 1_752_137_415, log: HashMap::new(), next_id: 0 };
+        for op in &ops {
+            m.apply(op);
+            m.check()?;
+        }
+    }
+}
