@@ -266,9 +266,17 @@ impl Model {
                 }
             }
             days.retain(|_, s| *s != DaySums::default());
-            let mut stored = acc.days.clone();
+            let mut stored: BTreeMap<i64, DaySums> = acc.days.daily(i64::MIN / 4, i64::MAX / 4).collect();
             stored.retain(|_, s| *s != DaySums::default());
             prop_assert_eq!(&stored, &days, "day sums of {}", acc.name);
+            let today = self.now.div_euclid(86_400);
+            for (from, to) in [(today - 3, today), (today - 40, today - 10), (today, today)] {
+                let mut want = DaySums::default();
+                for (_, s) in days.range(from..=to) {
+                    want.add(s);
+                }
+                prop_assert_eq!(acc.days.range(from, to), want);
+            }
             if let Some(last) = recs.last() {
                 prop_assert_eq!(last.balance, acc.balance);
             }

@@ -321,7 +321,7 @@ impl TreeQuery<'_> {
         let mut debt = vec![0i128; span];
         for a in t.preorder(id).into_iter().filter_map(|x| t.get(x)) {
             let own = a.uuid == id;
-            for (day, s) in a.days.range(from..=to) {
+            for (day, s) in a.days.daily(from, to) {
                 let i = (day - from) as usize;
                 income[i] += s.dep_user;
                 spending[i] += s.wd_user;

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::dates::{day_of, DAY_SECS};
-use super::tree::{Account, AccountId, Kind, TrackRow, Tree};
+use super::tree::{Account, AccountId, DaySums, Kind, TrackRow, Tree};
 
 /// One transaction record (SPEC 2.6).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -148,12 +148,12 @@ impl<'a> Ctx<'a> {
         if acc.balance < 0 {
             return Err(OpError::Internal);
         }
-        let day = acc.days.entry(day_of(date)).or_default();
         let amt = i128::from(a);
+        let mut sums = DaySums::default();
         if deposit {
-            day.dep_all += amt;
+            sums.dep_all = amt;
             if by == "User" {
-                day.dep_user += amt;
+                sums.dep_user = amt;
             }
             if by == "User"
                 || (by == "System"
@@ -161,11 +161,12 @@ impl<'a> Ctx<'a> {
                         .to_ascii_lowercase()
                         .contains("returned extra allocation-up"))
             {
-                day.dep_alloc += amt;
+                sums.dep_alloc = amt;
             }
         } else if by == "User" {
-            day.wd_user += amt;
+            sums.wd_user = amt;
         }
+        acc.days.add(day_of(date), &sums);
         acc.log_len += 1;
         self.bubble_balance(x, if deposit { amt } else { -amt })?;
         let acc = self.acc(x)?;

@@ -55,11 +55,64 @@ pub struct DaySums {
 }
 
 impl DaySums {
-    fn add(&mut self, o: &DaySums) {
+    pub fn add(&mut self, o: &DaySums) {
         self.dep_user += o.dep_user;
         self.wd_user += o.wd_user;
         self.dep_all += o.dep_all;
         self.dep_alloc += o.dep_alloc;
+    }
+
+    pub fn minus(&self, o: &DaySums) -> DaySums {
+        DaySums {
+            dep_user: self.dep_user - o.dep_user,
+            wd_user: self.wd_user - o.wd_user,
+            dep_all: self.dep_all - o.dep_all,
+            dep_alloc: self.dep_alloc - o.dep_alloc,
+        }
+    }
+}
+
+/// Cumulative per-day sums: the entry of day `d` holds the sums of every day <= `d`, so any
+/// range sum is two O(log days) lookups, whatever the history length. A record dated today
+/// (the common case) updates one entry; a back-dated one updates the entries after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DayLedger {
+    cum: BTreeMap<i64, DaySums>,
+}
+
+impl DayLedger {
+    pub fn add(&mut self, day: i64, delta: &DaySums) {
+        if !self.cum.contains_key(&day) {
+            let base = self.upto(day);
+            self.cum.insert(day, base);
+        }
+        for (_, v) in self.cum.range_mut(day..) {
+            v.add(delta);
+        }
+    }
+
+    /// Sums of every day <= `day`.
+    pub fn upto(&self, day: i64) -> DaySums {
+        self.cum
+            .range(..=day)
+            .next_back()
+            .map(|(_, v)| *v)
+            .unwrap_or_default()
+    }
+
+    /// Sums over `[from, to]`.
+    pub fn range(&self, from: i64, to: i64) -> DaySums {
+        self.upto(to).minus(&self.upto(from.saturating_sub(1)))
+    }
+
+    /// The per-day sums of the days in `[from, to]` that have records.
+    pub fn daily(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, DaySums)> + '_ {
+        let mut prev = self.upto(from.saturating_sub(1));
+        self.cum.range(from..=to).map(move |(d, v)| {
+            let day = v.minus(&prev);
+            prev = *v;
+            (*d, day)
+        })
     }
 }
 
@@ -100,7 +153,7 @@ pub struct Account {
     pub sub_balance: i128,
     /// total_due (10.12), kept current by every amount_due change.
     pub sub_due: i128,
-    pub days: BTreeMap<i64, DaySums>,
+    pub days: DayLedger,
     pub track: BTreeMap<i64, TrackRow>,
 }
 
@@ -128,7 +181,7 @@ impl Account {
             log_len: 0,
             sub_balance: 0,
             sub_due,
-            days: BTreeMap::new(),
+            days: DayLedger::default(),
             track: BTreeMap::new(),
         }
     }
@@ -283,9 +336,7 @@ impl Tree {
         let mut desc = DaySums::default();
         for a in self.preorder(id).into_iter().filter_map(|x| self.get(x)) {
             let target = if a.uuid == id { &mut own } else { &mut desc };
-            for (_, s) in a.days.range(from_day..=to_day) {
-                target.add(s);
-            }
+            target.add(&a.days.range(from_day, to_day));
         }
         (own, desc)
     }
