@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# HTTP load figures for pfm, as ratios against a bare hyper endpoint measured in the same run.
+# Loopback only; every wrk run is bounded in time. Usage: scripts/loadtest.sh [seconds] [connections]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DUR=${1:-5}
+CONNS=${2:-64}
+command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+cargo build --release --bin pfm --example bare_hyper >/dev/null
+DATA=$(mktemp -d)
+SECRET=loadtest-secret-loadtest-secret-000
+BARE_PORT=18001
+PFM_PORT=18002
+./target/release/examples/bare_hyper $BARE_PORT & BARE=$!
+JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn ./target/release/pfm --port $PFM_PORT --data-dir "$DATA" & PFM=$!
+trap 'kill $BARE $PFM 2>/dev/null; rm -rf "$DATA"' EXIT
+sleep 1
+TOKEN=$(python3 - "$SECRET" <<'PY'
+import base64, hmac, hashlib, json, sys
+b = lambda d: base64.urlsafe_b64encode(d).rstrip(b"=").decode()
+h = b(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+p = b(json.dumps({"user_id": "load", "role": "user", "iat": 1}).encode())
+s = b(hmac.new(sys.argv[1].encode(), f"{h}.{p}".encode(), hashlib.sha256).digest())
+print(f"{h}.{p}.{s}")
+PY
+)
+B=http://127.0.0.1:$PFM_PORT
+AUTH="Authorization: Bearer $TOKEN"
+MAIN=$(curl -s -XPOST "$B/register" -H "$AUTH" -d 'user_id=load&initial_balance=1000' | python3 -c 'import sys,json;print(json.load(sys.stdin)["uuid"])')
+for n in Needs Savings; do
+  curl -s -XPOST "$B/add_sub_account" -H "$AUTH" -d "parent_uuid=$MAIN&name=$n&allocation=0.5" >/dev/null
+done
+curl -s -XPOST "$B/deposit" -H "$AUTH" -d "uuid=$MAIN&amount=100&channel=seed" >/dev/null
+cat > "$DATA/deposit.lua" <<LUA
+wrk.method = "POST"
+wrk.body = "uuid=$MAIN&amount=1.01&channel=load"
+wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
+LUA
+rps() { wrk -t2 -c"$CONNS" -d"${DUR}s" "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
+base=$(rps "http://127.0.0.1:$BARE_PORT/")
+printf '%-34s %12s %8s\n' "endpoint" "req/s" "ratio"
+printf '%-34s %12s %8s\n' "bare hyper (baseline)" "$base" "1.00"
+row() { local name=$1; shift; local r; r=$(rps "$@"); printf '%-34s %12s %8s\n' "$name" "$r" "$(python3 -c "print(f'{$r/$base:.2f}')")"; }
+row "GET /__ping__" "$B/__ping__"
+row "GET /get_balance" -H "$AUTH" "$B/get_balance?uuid=$MAIN"
+row "GET /compute_total_balance" -H "$AUTH" "$B/compute_total_balance?uuid=$MAIN"
+row "GET /spending" -H "$AUTH" "$B/spending?uuid=$MAIN"
+row "GET /find_account_by_uuid" -H "$AUTH" "$B/find_account_by_uuid?uuid=$MAIN"
+row "POST /deposit (fsync per group)" -H "$AUTH" -s "$DATA/deposit.lua" "$B/deposit"
