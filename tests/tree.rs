@@ -410,3 +410,29 @@ fn params_query_wins_over_body_and_first_repeat_wins() {
     );
     assert_eq!(r.ok().n("balance"), "7");
 }
+
+#[test]
+fn accounts_per_tree_limit() {
+    let s = Srv::start();
+    let (tok, main) = s.user("u1", "0");
+    let mut count = 1;
+    'outer: for c in 0..10 {
+        let child = s.child(&tok, &main, &format!("C{c}"), json!({}));
+        count += 1;
+        for g in 0..99 {
+            if count == 1000 {
+                break 'outer;
+            }
+            s.child(&tok, &child, &format!("G{g}"), json!({}));
+            count += 1;
+        }
+    }
+    s.post(
+        &tok,
+        "/add_sub_account",
+        json!({"parent_uuid": main, "name": "One more"}),
+    )
+    .fails(400, "Too many accounts in this tree");
+    let r = s.get(&tok, "/list_all_accounts", &format!("uuid={main}"));
+    assert_eq!(r.ok().n("total_accounts"), "1000");
+}

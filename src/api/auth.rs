@@ -90,7 +90,9 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let user_id = p.req_str("user_id", "user_id is required")?;
+    check_len("user_id", Some(&user_id), 128)?;
     let password = p.req_str("password", "password is required")?;
+    check_len("password", Some(&password), 128)?;
     let t = rq.now_us as f64 / 1e6;
     if let Some(Failure::Wait(msg, secs)) = app.login_backoff.pending(&user_id, t) {
         return Err(ApiError::TooMany(msg, secs));
