@@ -9,6 +9,8 @@ use pfm::config::Config;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
@@ -29,7 +31,10 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    tracing::info!(%addr, "pfm listening");
+    match listener.local_addr() {
+        Ok(bound) => tracing::info!(addr = %bound, "pfm listening"),
+        Err(_) => tracing::info!(%addr, "pfm listening"),
+    }
     pfm::http::server::serve(app, listener, shutdown_signal()).await;
     tracing::info!("pfm stopped");
     std::process::ExitCode::SUCCESS

@@ -579,3 +579,44 @@ fn values_beyond_64_bit_cents_are_refused() {
         "1"
     );
 }
+
+#[test]
+fn split_examples_s2_s3_s4() {
+    let s = Srv::start();
+    // S2: allocations below 100% are normalised; the extra cent goes to the larger remainder.
+    let (tok, main) = s.user("s2", "0");
+    let needs = s.child(&tok, &main, "Needs", json!({"allocation": 0.4, "priority": 1}));
+    let goals = s.child(&tok, &main, "Goals", json!({"allocation": 0.2, "priority": 0}));
+    s.deposit(&tok, &main, "100").ok();
+    assert_eq!(
+        (s.balance(&tok, &needs), s.balance(&tok, &goals)),
+        ("66.67".into(), "33.33".into())
+    );
+    // S3: equal remainders go to the first child in priority/insertion order.
+    let (tok, main) = s.user("s3", "100");
+    let ties: Vec<String> = (0..3)
+        .map(|i| s.child(&tok, &main, &format!("T{i}"), json!({"allocation": 0.333333})))
+        .collect();
+    s.post(&tok, "/distribute", json!({"uuid": main, "amount": 100}))
+        .ok();
+    let got: Vec<String> = ties.iter().map(|t| s.balance(&tok, t)).collect();
+    assert_eq!(got, ["33.34", "33.33", "33.33"]);
+    // S4: sixteen cents over ten equal children: never more than was debited.
+    let (tok, main) = s.user("s4", "0.16");
+    let ten: Vec<String> = (0..10)
+        .map(|i| s.child(&tok, &main, &format!("K{i}"), json!({"allocation": 0.1})))
+        .collect();
+    s.post(&tok, "/distribute", json!({"uuid": main, "amount": "0.16"}))
+        .ok();
+    let got: Vec<String> = ten.iter().map(|t| s.balance(&tok, t)).collect();
+    assert_eq!(
+        got,
+        ["0.02", "0.02", "0.02", "0.02", "0.02", "0.02", "0.01", "0.01", "0.01", "0.01"]
+    );
+    assert_eq!(
+        s.get(&tok, "/compute_total_balance", &format!("uuid={main}"))
+            .ok()
+            .n("total_balance"),
+        "0.16"
+    );
+}
