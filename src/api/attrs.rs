@@ -2,7 +2,7 @@
 //! frequency and periods.
 
 use super::tree::{normalise_status, FREQ_MAX_DAYS, PRIORITY_MAX_MICRO};
-use super::{find, integral, mutate, number, op_err, snapshot, Done, Rq};
+use super::{engine_err, find, integral, mutate, number, snapshot, Done, Rq};
 use crate::app::App;
 use crate::domain::dates::{fmt_due, parse_date};
 use crate::domain::engine::Ctx;
@@ -40,14 +40,14 @@ fn grand_id(ctx: &Ctx, uuid: &str, kind_error: &str) -> Result<AccountId, ApiErr
 
 /// amount_due = target(periods, fixed) - balance (9.7, 9.13).
 fn recompute_due(ctx: &mut Ctx, id: AccountId) -> Result<i64, ApiError> {
-    let need = ctx.need(id).map_err(op_err(""))?;
-    ctx.set_amount_due(id, need).map_err(op_err(""))?;
+    let need = ctx.need(id).map_err(engine_err)?;
+    ctx.set_amount_due(id, need).map_err(engine_err)?;
     Ok(need)
 }
 
 fn grand_mut<'a>(ctx: &'a mut Ctx, id: AccountId) -> Result<&'a mut Grand, ApiError> {
     ctx.acc_mut(id)
-        .map_err(op_err(""))?
+        .map_err(engine_err)?
         .grand
         .as_mut()
         .ok_or_else(|| ApiError::Internal("grandchild without fields".into()))
@@ -75,7 +75,7 @@ pub async fn change_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             ));
         }
         let (id, name) = (a.uuid, a.name.clone());
-        ctx.acc_mut(id).map_err(op_err(""))?.status = status.clone();
+        ctx.acc_mut(id).map_err(engine_err)?.status = status.clone();
         Ok(Done::from(
             Obj::new()
                 .str("uuid", &uuid)
@@ -122,7 +122,7 @@ pub async fn set_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             return Err(ApiError::new(403, CHILD_ONLY));
         }
         let id = a.uuid;
-        ctx.acc_mut(id).map_err(op_err(""))?.priority = prio;
+        ctx.acc_mut(id).map_err(engine_err)?.priority = prio;
         let text = fmt_scaled(prio.into(), 6);
         Ok(Done::from(
             Obj::new()
@@ -161,7 +161,7 @@ pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, "Due date only applicable to grandchild accounts")?;
         grand_mut(ctx, id)?.due_date = due;
-        let name = ctx.acc(id).map_err(op_err(""))?.name.clone();
+        let name = ctx.acc(id).map_err(engine_err)?.name.clone();
         Ok(Done::from(
             Obj::new()
                 .str("message", &format!("Due date set for {name}"))
@@ -262,7 +262,7 @@ pub async fn set_freq(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
         grand_mut(ctx, id)?.freq = Some(freq as u32);
-        let name = ctx.acc(id).map_err(op_err(""))?.name.clone();
+        let name = ctx.acc(id).map_err(engine_err)?.name.clone();
         Ok(Done::from(
             Obj::new()
                 .str("message", &format!("Frequency for {name} set to {freq}"))

@@ -116,8 +116,17 @@ fn find<'t>(
 fn op_err(not_active: &str) -> impl Fn(OpError) -> ApiError + '_ {
     move |e| match e {
         OpError::NotActive => ApiError::bad(not_active),
+        other => engine_err(other),
+    }
+}
+
+/// Maps engine failures of operations that never meet a non-active target.
+fn engine_err(e: OpError) -> ApiError {
+    match e {
         OpError::TooLarge => ApiError::bad("amount is too large"),
-        OpError::Internal => ApiError::Internal("engine reached an impossible state".into()),
+        OpError::NotActive | OpError::Internal => {
+            ApiError::Internal(format!("engine reached an impossible state: {e:?}"))
+        }
     }
 }
 

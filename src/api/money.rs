@@ -1,6 +1,6 @@
 //! /deposit, /withdraw, /distribute, /move_balance (SPEC 6).
 
-use super::{find, mutate, number, op_err, Done, Rq};
+use super::{engine_err, find, mutate, number, op_err, Done, Rq};
 use crate::app::App;
 use crate::domain::dates::parse_date;
 use crate::domain::engine::Mode;
@@ -103,7 +103,7 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         )
         .map_err(op_err("Deposit not allowed. Account is not active."))?;
         ctx.tree.ledger.deposits += i128::from(amount);
-        let balance = ctx.acc(x).map_err(op_err(""))?.balance;
+        let balance = ctx.acc(x).map_err(engine_err)?.balance;
         Ok(Done::from(
             Obj::new()
                 .str("account_uuid", &post.uuid)
@@ -134,9 +134,9 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             return Err(insufficient("Failed: ", acc.balance));
         }
         ctx.withdraw(x, amount, &post.by, &post.channel, post.txn.as_deref(), post.date)
-            .map_err(op_err(""))?;
+            .map_err(engine_err)?;
         ctx.tree.ledger.withdrawals += i128::from(amount);
-        let balance = ctx.acc(x).map_err(op_err(""))?.balance;
+        let balance = ctx.acc(x).map_err(engine_err)?.balance;
         Ok(Done::from(
             Obj::new()
                 .str("account_uuid", &post.uuid)
@@ -169,10 +169,10 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         if amount > acc.balance {
             return Err(insufficient("Distribution failed: ", acc.balance));
         }
-        let internal = op_err("");
+        let internal = engine_err;
         // Errors 10 and 11 look at the statuses after the rollover of SPLIT step 2.
-        ctx.rollover_children(x).map_err(&internal)?;
-        let active = ctx.active_children(x).map_err(&internal)?;
+        ctx.rollover_children(x).map_err(internal)?;
+        let active = ctx.active_children(x).map_err(internal)?;
         if active.is_empty() {
             return Err(ApiError::bad(
                 "Distribution failed: No active child accounts available.",
@@ -188,8 +188,8 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
                 "Distribution failed: No active child accounts with a positive allocation.",
             ));
         }
-        ctx.split(x, amount, txn.as_deref(), &by).map_err(&internal)?;
-        let balance = ctx.acc(x).map_err(&internal)?.balance;
+        ctx.split(x, amount, txn.as_deref(), &by).map_err(internal)?;
+        let balance = ctx.acc(x).map_err(internal)?.balance;
         Ok(Done::from(
             Obj::new()
                 .str("account_uuid", &uuid)

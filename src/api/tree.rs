@@ -1,7 +1,7 @@
 //! /add_sub_account, /set_child_allocation, /delete and the listing and finding endpoints
 //! (SPEC 7).
 
-use super::{find, integral, millionths, mutate, number, op_err, snapshot, Done, Rq};
+use super::{engine_err, find, integral, millionths, mutate, number, snapshot, Done, Rq};
 use crate::app::App;
 use crate::domain::dates::parse_date;
 use crate::domain::frac::Frac;
@@ -113,7 +113,7 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         acc.allocation = allocation;
         acc.priority = priority;
         acc.status = status.clone();
-        ctx.attach(acc).map_err(op_err(""))?;
+        ctx.attach(acc).map_err(engine_err)?;
         Ok(Done::from(
             Obj::new()
                 .str("message", &format!("{name} added under {parent_name}"))
@@ -152,7 +152,7 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
                 "Allocation not set: Total allocation exceeds 100%. Please adjust the allocations.",
             ));
         }
-        ctx.set_allocation(cid, allocation).map_err(op_err(""))?;
+        ctx.set_allocation(cid, allocation).map_err(engine_err)?;
         let total = ctx.tree.total_allocation(pid);
         Ok(Done::from(
             Obj::new()
@@ -195,7 +195,7 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
                 "main account reached the sub-account path".into(),
             ));
         }
-        let removed = ctx.delete_sub(x).map_err(op_err(""))?;
+        let removed = ctx.delete_sub(x).map_err(engine_err)?;
         Ok(Done {
             fields: Obj::new().str("uuid", &uuid).str(
                 "message",
