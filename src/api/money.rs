@@ -24,6 +24,17 @@ fn positive_amount(
     money_cents(name, &d)
 }
 
+/// The `amount` of /deposit and /distribute (same texts in both tables).
+fn deposit_amount(p: &Params) -> Result<i64, ApiError> {
+    positive_amount(
+        p,
+        "amount",
+        "amount is required",
+        "amount must be numeric",
+        "amount must be > 0",
+    )
+}
+
 fn insufficient(prefix: &str, balance: i64) -> ApiError {
     ApiError::bad(format!(
         "{prefix}Insufficient balance! Your current balance is:{}",
@@ -68,13 +79,7 @@ fn posting(p: &Params, uuid: String, now: i64) -> Result<Posting, ApiError> {
 pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let uuid = p.req_str("uuid", "uuid is required")?;
-    let amount = positive_amount(
-        p,
-        "amount",
-        "amount is required",
-        "amount must be numeric",
-        "amount must be > 0",
-    )?;
+    let amount = deposit_amount(p)?;
     let post = posting(p, uuid, rq.now())?;
     let store = app.users.store.clone();
     mutate(app, rq, |ctx, cur| {
@@ -149,13 +154,7 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let uuid = p.req_str("uuid", "uuid is required")?;
-    let amount = positive_amount(
-        p,
-        "amount",
-        "amount is required",
-        "amount must be numeric",
-        "amount must be > 0",
-    )?;
+    let amount = deposit_amount(p)?;
     let txn = p.str("transaction")?;
     let by = p.str("initiated_by")?;
     check_len("transaction", txn.as_deref(), 128)?;

@@ -218,12 +218,7 @@ pub async fn list_child_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let a = find(&st.tree, &uuid, || {
         rq.role_not_found("Parent account not found or unauthorized")
     })?;
-    let names: Vec<&str> = a
-        .children
-        .iter()
-        .filter_map(|c| st.tree.get(*c))
-        .map(|c| c.name.as_str())
-        .collect();
+    let names = st.tree.names(&a.children);
     Ok(Obj::new()
         .str("uuid", &uuid)
         .str("account_name", &a.name)
@@ -238,11 +233,7 @@ pub async fn list_all_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         rq.role_not_found("Account not found or unauthorized")
     })?;
     let order = st.tree.list_all(a.uuid);
-    let names: Vec<&str> = order
-        .iter()
-        .filter_map(|c| st.tree.get(*c))
-        .map(|c| c.name.as_str())
-        .collect();
+    let names = st.tree.names(&order);
     Ok(Obj::new()
         .str("uuid", &uuid)
         .int("total_accounts", names.len() as i128)

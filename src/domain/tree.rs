@@ -265,6 +265,14 @@ impl Tree {
         d
     }
 
+    /// The names of `ids`, in order.
+    pub fn names(&self, ids: &[AccountId]) -> Vec<&str> {
+        ids.iter()
+            .filter_map(|c| self.get(*c))
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+
     /// Sum of the direct children's allocations (millionths), always exact (D7).
     pub fn total_allocation(&self, id: AccountId) -> i64 {
         self.get(id)
