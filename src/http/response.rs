@@ -139,3 +139,38 @@ pub fn envelope(result: Result<Obj, ApiError>, prefix: &str, start_us: i64, end_
     );
     Reply::json(status, body)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_errors_are_500_with_the_endpoint_prefix() {
+        let r = envelope(
+            Err(ApiError::Internal("disk on fire".into())),
+            "Deposit failed",
+            0,
+            1_500,
+        );
+        assert_eq!(r.status, 500);
+        assert!(r
+            .body
+            .starts_with(r#"{"success":false,"status":500,"error":"Deposit failed: internal error","#));
+        assert!(!r.body.contains("disk on fire"));
+        assert!(r.body.ends_with(r#""execution_time":0.0015}"#));
+    }
+
+    #[test]
+    fn success_envelope_orders_keys() {
+        let r = envelope(
+            Ok(Obj::new().str("uuid", "x").money("balance", 150_050)),
+            "",
+            0,
+            0,
+        );
+        assert_eq!(
+            r.body,
+            r#"{"success":true,"status":200,"uuid":"x","balance":1500.5,"start_time":"1970-01-01T00:00:00.000Z","end_time":"1970-01-01T00:00:00.000Z","execution_time":0}"#
+        );
+    }
+}

@@ -183,3 +183,20 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
         tracing::error!(error = %e, "final flush failed");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_handler_becomes_an_error_not_a_crash() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let fut = Box::pin(async {
+            let v: Vec<u8> = Vec::new();
+            v[1] // index out of bounds
+        });
+        assert_eq!(rt.block_on(CatchUnwind(fut)), Err(()));
+        let ok = Box::pin(async { 7 });
+        assert_eq!(rt.block_on(CatchUnwind(ok)), Ok(7));
+    }
+}
