@@ -251,10 +251,6 @@ impl Tree {
         parse_uuid(s).and_then(|id| self.get(id))
     }
 
-    pub fn root(&self) -> &Account {
-        self.get(self.root).expect("tree invariant: root exists")
-    }
-
     pub fn depth(&self, id: AccountId) -> usize {
         let mut d = 0;
         let mut cur = self.get(id).and_then(|a| a.parent);
