@@ -19,6 +19,9 @@ use super::{Store, StoreError, UserRecord, Write};
 /// Per-user lock wait limit (13.2 item 7).
 pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 const SHARDS: usize = 64;
+/// Cached users per shard before idle ones are dropped (about 130k users in all); a dropped
+/// user is simply loaded again from storage on its next request.
+const SLOTS_PER_SHARD: usize = 2048;
 
 /// A committed user: the record and the tree.
 #[derive(Debug, Clone)]
@@ -37,6 +40,7 @@ struct Slot {
 pub struct Users {
     pub store: Arc<dyn Store>,
     shards: Vec<Mutex<HashMap<String, Arc<Slot>>>>,
+    slots_per_shard: usize,
 }
 
 /// Held by a writer: the user's lock and the state it is working from.
@@ -49,10 +53,20 @@ pub struct WriteGuard<'a> {
 
 impl Users {
     pub fn new(store: Arc<dyn Store>) -> Users {
+        Users::with_slots_per_shard(store, SLOTS_PER_SHARD)
+    }
+
+    pub fn with_slots_per_shard(store: Arc<dyn Store>, slots_per_shard: usize) -> Users {
         Users {
             store,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            slots_per_shard,
         }
+    }
+
+    /// Users currently cached.
+    pub fn cached(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
     fn slot(&self, user_id: &str) -> Arc<Slot> {
@@ -62,6 +76,11 @@ impl Users {
         let mut map = shard.lock();
         if let Some(s) = map.get(user_id) {
             return s.clone();
+        }
+        if map.len() >= self.slots_per_shard {
+            // A slot held only by the map has no reader or writer (taking one needs this
+            // shard lock), so dropping it loses nothing but the cached state.
+            map.retain(|_, slot| Arc::strong_count(slot) > 1);
         }
         let s = Arc::new(Slot::default());
         map.insert(user_id.to_string(), s.clone());
@@ -189,4 +208,36 @@ pub fn user_deletion_writes(store: &dyn Store, user: &UserRecord) -> Result<Vec<
         }
     }
     Ok(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sled_store::SledStore;
+
+    #[test]
+    fn idle_users_are_dropped_from_the_cache_and_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+        let users = Users::with_slots_per_shard(store, 1);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for i in 0..500 {
+                assert!(users.snapshot(&format!("user{i}")).await.unwrap().is_none());
+            }
+            // One slot per shard at most stays cached.
+            assert!(users.cached() <= SHARDS, "{}", users.cached());
+            let held = users.lock("held").await.unwrap();
+            for i in 0..500 {
+                users.snapshot(&format!("other{i}")).await.unwrap();
+            }
+            // A slot in use is never dropped: the lock still excludes a second writer.
+            let second = tokio::time::timeout(Duration::from_millis(50), users.lock("held")).await;
+            assert!(second.is_err());
+            drop(held);
+        });
+    }
 }
