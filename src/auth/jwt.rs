@@ -1,13 +1,17 @@
 //! HS256 tokens (SPEC 4.3). jsonwebtoken checks the signature and the header algorithm only; the
 //! claim rules of 4.3 are applied here, because its defaults contradict them.
 
+use std::collections::HashMap;
+
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
 pub struct Jwt {
     enc: EncodingKey,
     dec: DecodingKey,
     validation: Validation,
+    cache: Vec<Mutex<HashMap<String, Verified>>>,
 }
 
 /// The identity a valid token carries.
@@ -19,6 +23,24 @@ pub struct Identity {
 
 /// Longest accepted `user_id` claim.
 const MAX_CLAIM_USER_ID: usize = 256;
+const CACHE_SHARDS: usize = 16;
+/// Verified tokens remembered per shard; a full shard is simply emptied.
+const CACHE_PER_SHARD: usize = 4096;
+
+/// A token whose signature and claim shapes are valid; only its times remain to check.
+#[derive(Debug, Clone)]
+struct Verified {
+    identity: Identity,
+    exp: Option<f64>,
+    nbf: Option<f64>,
+}
+
+fn shard_of(token: &str) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    token.hash(&mut h);
+    (h.finish() as usize) % CACHE_SHARDS
+}
 
 impl Jwt {
     pub fn new(secret: &[u8]) -> Jwt {
@@ -32,11 +54,33 @@ impl Jwt {
             enc: EncodingKey::from_secret(secret),
             dec: DecodingKey::from_secret(secret),
             validation: v,
+            cache: (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
         }
     }
 
-    /// Verifies a token at `now_secs`; `None` on any failure.
+    /// Verifies a token at `now_secs`; `None` on any failure. A token whose signature and
+    /// claims were checked once is remembered, so repeat requests only re-check its times.
     pub fn verify(&self, token: &str, now_secs: f64) -> Option<Identity> {
+        let shard = &self.cache[shard_of(token)];
+        let hit = shard.lock().get(token).cloned();
+        let v = match hit {
+            Some(v) => v,
+            None => {
+                let v = self.decode(token)?;
+                let mut map = shard.lock();
+                if map.len() >= CACHE_PER_SHARD {
+                    map.clear();
+                }
+                map.insert(token.to_string(), v.clone());
+                v
+            }
+        };
+        let live = v.exp.is_none_or(|exp| now_secs <= exp) && v.nbf.is_none_or(|nbf| nbf <= now_secs);
+        live.then_some(v.identity)
+    }
+
+    /// Signature, header and the time-independent claim rules of 4.3.
+    fn decode(&self, token: &str) -> Option<Verified> {
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &self.dec, &self.validation).ok()?;
         let c = data.claims;
         let user_id = match c.get("user_id") {
@@ -50,24 +94,45 @@ impl Jwt {
                 Some(_) => Err(()),
             }
         };
-        if let Some(exp) = num("exp").ok()? {
-            if now_secs > exp {
-                return None;
-            }
-        }
-        if let Some(nbf) = num("nbf").ok()? {
-            if nbf > now_secs {
-                return None;
-            }
-        }
+        let exp = num("exp").ok()?;
+        let nbf = num("nbf").ok()?;
         let role = match c.get("role") {
             Some(Value::String(s)) => s.clone(),
             _ => "user".to_string(),
         };
-        Some(Identity { user_id, role })
+        Some(Verified {
+            identity: Identity { user_id, role },
+            exp,
+            nbf,
+        })
     }
 
     pub fn sign(&self, claims: &Map<String, Value>) -> Result<String, String> {
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.enc).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn token(j: &Jwt, claims: Value) -> String {
+        let Value::Object(m) = claims else {
+            unreachable!("test claims are objects")
+        };
+        j.sign(&m).unwrap()
+    }
+
+    #[test]
+    fn cached_tokens_still_expire() {
+        let j = Jwt::new(b"k");
+        let t = token(&j, json!({"user_id": "u", "exp": 100, "nbf": 50}));
+        assert!(j.verify(&t, 49.0).is_none());
+        assert_eq!(j.verify(&t, 60.0).map(|i| i.user_id), Some("u".into()));
+        assert!(j.verify(&t, 100.0).is_some());
+        assert!(j.verify(&t, 100.5).is_none());
+        let other = Jwt::new(b"another key");
+        assert!(other.verify(&t, 60.0).is_none());
     }
 }
