@@ -9,13 +9,12 @@ use crate::app::App;
 use crate::auth::limits::Failure;
 use crate::domain::dates::{fmt_millis, parse_date};
 use crate::domain::num::Dec;
-use crate::domain::tree::{Ledger, Tree};
+use crate::domain::tree::Tree;
 use crate::http::json::Obj;
 use crate::http::params::{check_len, money_cents, PVal};
 use crate::http::response::ApiError;
-use crate::store::codec::{self, encode};
-use crate::store::users::UserState;
-use crate::store::{UserRecord, Write};
+use crate::store::users::{registration_writes, UserState};
+use crate::store::UserRecord;
 
 fn valid_user_id(s: &str) -> bool {
     (1..=128).contains(&s.len())
@@ -56,32 +55,20 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         Some(pw) => Some(app.passwords.hash(pw).await.map_err(ApiError::Internal)?),
         None => None,
     };
-    let store = app.users.store.clone();
     let root = uuid::Uuid::new_v4().as_u128();
+    let tree = Tree::new_user(root, initial);
     let user = UserRecord {
         user_id: user_id.clone(),
-        user_no: store.new_user_no()?,
+        user_no: app.users.store.new_user_no()?,
         password_hash,
         role: "user".into(),
         created_at: rq.now(),
         root,
-        ledger: Ledger {
-            initial_balance: initial,
-            deposits: 0,
-            withdrawals: 0,
-        },
+        ledger: tree.ledger.clone(),
     };
-    let tree = Tree::new_user(root, initial);
-    let main = tree
-        .get(root)
-        .ok_or_else(|| ApiError::Internal("new tree without root".into()))?;
-    let writes = vec![
-        Write::Put(codec::user_key(&user_id), encode(&user)?),
-        Write::Put(codec::account_key(user.user_no, root), encode(main)?),
-    ];
-    guard
-        .commit(writes, Some(Arc::new(UserState { user, tree })))
-        .await?;
+    let state = UserState { user, tree };
+    let writes = registration_writes(&state)?;
+    guard.commit(writes, Some(Arc::new(state))).await?;
     Ok(Obj::new()
         .str("user_id", &user_id)
         .str("uuid", &crate::domain::tree::fmt_uuid(root)))
