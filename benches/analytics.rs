@@ -40,10 +40,7 @@ fn build(deposits: usize) -> Fixture {
     let mut cfg = Config::for_dir(dir.path());
     cfg.jwt_secret = Some("bench-secret-bench-secret-bench-secret".into());
     let app = App::open(cfg, Arc::new(ManualClock::at_secs(NOW))).expect("app");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let root: AccountId = 1;
     let mut tree = Tree::new_user(root, 0);
     let mut ctx = Ctx::new(&mut tree, NOW);
@@ -68,13 +65,7 @@ fn build(deposits: usize) -> Fixture {
                 freq: bill.then_some(30),
                 periods: Frac::ONE,
             };
-            let mut a = Account::new(
-                next,
-                format!("G{c}_{g}"),
-                Kind::Grandchild,
-                Some(cid),
-                Some(grand),
-            );
+            let mut a = Account::new(next, format!("G{c}_{g}"), Kind::Grandchild, Some(cid), Some(grand));
             a.allocation = 200_000;
             let gid = ctx.attach(a).expect("attach grandchild");
             if !bill {
@@ -84,16 +75,8 @@ fn build(deposits: usize) -> Fixture {
     }
     for i in 0..deposits {
         let date = NOW - (i as i64 % 365) * 86_400;
-        ctx.deposit(
-            leaves[i % leaves.len()],
-            1_234,
-            None,
-            "User",
-            "bench",
-            date,
-            Mode::External,
-        )
-        .expect("deposit");
+        ctx.deposit(leaves[i % leaves.len()], 1_234, None, "User", "bench", date, Mode::External)
+            .expect("deposit");
         ctx.tree.ledger.deposits += 1_234;
     }
     let (records, dirty): (Vec<_>, BTreeSet<_>) =
@@ -111,13 +94,7 @@ fn build(deposits: usize) -> Fixture {
     let state = UserState { user, tree };
     let writes = mutation_writes(store.as_ref(), &state, &dirty, &records, &[]).expect("writes");
     rt.block_on(store.commit(writes)).expect("commit");
-    Fixture {
-        main: fmt_uuid(root),
-        child: fmt_uuid(children[0]),
-        app,
-        rt,
-        _dir: dir,
-    }
+    Fixture { main: fmt_uuid(root), child: fmt_uuid(children[0]), app, rt, _dir: dir }
 }
 
 fn queries(f: &Fixture) -> Vec<(&'static str, Ep, String)> {
@@ -126,28 +103,12 @@ fn queries(f: &Fixture) -> Vec<(&'static str, Ep, String)> {
         ("get_balance", Ep::GetBalance, format!("uuid={m}")),
         ("compute_total_balance", Ep::TotalBalance, format!("uuid={m}")),
         ("compute_total_due", Ep::TotalDue, format!("uuid={m}")),
-        (
-            "compute_total_due_within_days",
-            Ep::DueWithinDays,
-            format!("uuid={m}&days=30"),
-        ),
+        ("compute_total_due_within_days", Ep::DueWithinDays, format!("uuid={m}&days=30")),
         ("spending", Ep::Spending, format!("uuid={m}")),
         ("total_income", Ep::TotalIncome, format!("uuid={m}")),
-        (
-            "allocated_amount",
-            Ep::AllocatedAmount,
-            format!("uuid={}", f.child),
-        ),
-        (
-            "income_utilization",
-            Ep::IncomeUtilization,
-            format!("uuid={m}&from=2025-01-01"),
-        ),
-        (
-            "walking_amount",
-            Ep::WalkingAmount,
-            format!("uuid={m}&amt_type=balance"),
-        ),
+        ("allocated_amount", Ep::AllocatedAmount, format!("uuid={}", f.child)),
+        ("income_utilization", Ep::IncomeUtilization, format!("uuid={m}&from=2025-01-01")),
+        ("walking_amount", Ep::WalkingAmount, format!("uuid={m}&amt_type=balance")),
     ]
 }
 
@@ -155,10 +116,7 @@ fn run_once(f: &Fixture, ep: Ep, query: &str) {
     let params = Params::parse(Some(query), None, b"").expect("params");
     let rq = Rq {
         params,
-        ident: Some(Identity {
-            user_id: "bench".into(),
-            role: "user".into(),
-        }),
+        ident: Some(Identity { user_id: "bench".into(), role: "user".into() }),
         now_us: NOW * 1_000_000,
         has_auth: true,
     };
@@ -195,10 +153,7 @@ fn bench(c: &mut Criterion) {
         }
     }
     g.finish();
-    println!(
-        "\n{:<32} {:>12} {:>12} {:>8}",
-        "endpoint", "1k (us)", "100k (us)", "ratio"
-    );
+    println!("\n{:<32} {:>12} {:>12} {:>8}", "endpoint", "1k (us)", "100k (us)", "ratio");
     for ((name, ep, qs), (_, _, ql)) in queries(&small).into_iter().zip(queries(&large)) {
         let a = median_ns(&small, ep, &qs);
         let b = median_ns(&large, ep, &ql);

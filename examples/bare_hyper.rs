@@ -12,10 +12,7 @@ use hyper_util::rt::TokioIo;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let port: u16 = std::env::args()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(8001);
+    let port: u16 = std::env::args().nth(1).and_then(|p| p.parse().ok()).unwrap_or(8001);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     loop {
         let (stream, _) = listener.accept().await?;
@@ -23,15 +20,11 @@ async fn main() -> std::io::Result<()> {
         tokio::spawn(async move {
             let svc = service_fn(|_req: Request<hyper::body::Incoming>| async {
                 let mut r = Response::new(Full::new(Bytes::from_static(b"{\"status\":\"ok\"}")));
-                r.headers_mut().insert(
-                    "content-type",
-                    hyper::header::HeaderValue::from_static("application/json"),
-                );
+                r.headers_mut()
+                    .insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
                 Ok::<_, Infallible>(r)
             });
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
         });
     }
 }

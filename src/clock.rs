@@ -11,9 +11,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_micros(&self) -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64)
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
     }
 }
 

@@ -6,11 +6,7 @@ use clap::builder::BoolishValueParser;
 use clap::Parser;
 
 #[derive(Parser, Debug, Clone)]
-#[command(
-    name = "pfm",
-    version,
-    about = "pfm: personal finance manager service (HTTP + JSON)"
-)]
+#[command(name = "pfm", version, about = "pfm: personal finance manager service (HTTP + JSON)")]
 pub struct Config {
     /// Listening address (0.0.0.0 for all interfaces)
     #[arg(long, env = "HOST", default_value = "127.0.0.1")]

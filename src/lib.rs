@@ -62,10 +62,7 @@ pub fn start(
     cfg: config::Config,
     clock: Arc<dyn clock::Clock>,
 ) -> Result<Running, Box<dyn std::error::Error + Send + Sync>> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let addr: SocketAddr = format!("{}:{}", cfg.host, cfg.port).parse()?;
     let app = app::App::open(cfg, clock)?;
     let listener = rt.block_on(tokio::net::TcpListener::bind(addr))?;
@@ -77,10 +74,5 @@ pub fn start(
             let _ = rx.await;
         }));
     });
-    Ok(Running {
-        addr,
-        app,
-        stop: Some(tx),
-        thread: Some(thread),
-    })
+    Ok(Running { addr, app, stop: Some(tx), thread: Some(thread) })
 }

@@ -22,37 +22,23 @@ fn range_endpoints_errors_and_defaults() {
         s.get(&tok, path, &format!("uuid={main}&from=2025-12-31&to=2025-01-01"))
             .fails(400, "End date cannot be earlier than start date");
     }
-    s.get(&tok, "/spending", &format!("uuid={main}&from=not-a-date"))
-        .fails(400, "Invalid date format");
-    s.get(&tok, "/spending", &format!("uuid={main}&to=2025-02-30"))
-        .fails(400, "Invalid date format");
+    s.get(&tok, "/spending", &format!("uuid={main}&from=not-a-date")).fails(400, "Invalid date format");
+    s.get(&tok, "/spending", &format!("uuid={main}&to=2025-02-30")).fails(400, "Invalid date format");
     for (path, _) in &RANGE_ENDPOINTS[1..] {
         let r = s.get(&tok, path, &format!("uuid={main}&from=not-a-date"));
-        assert_eq!(
-            (r.ok().s("from"), r.s("to")),
-            ("1026-03-10".into(), "2025-07-10".into()),
-            "{path}"
-        );
+        assert_eq!((r.ok().s("from"), r.s("to")), ("1026-03-10".into(), "2025-07-10".into()), "{path}");
     }
-    s.get(&tok, "/spending", "uuid=accx")
-        .fails(403, "Account not found");
-    s.get(&tok, "/total_income", "uuid=accx")
-        .fails(403, "Account not found");
-    s.get(&tok, "/allocated_amount", "uuid=accx")
-        .fails(404, "Account not found");
-    s.get(&tok, "/income_utilization", "uuid=accx")
-        .fails(404, "Account not found");
-    s.get(&tok, "/walking_amount", "uuid=accx")
-        .fails(403, "Account not found");
+    s.get(&tok, "/spending", "uuid=accx").fails(403, "Account not found");
+    s.get(&tok, "/total_income", "uuid=accx").fails(403, "Account not found");
+    s.get(&tok, "/allocated_amount", "uuid=accx").fails(404, "Account not found");
+    s.get(&tok, "/income_utilization", "uuid=accx").fails(404, "Account not found");
+    s.get(&tok, "/walking_amount", "uuid=accx").fails(403, "Account not found");
     let admin = s.token("u1", "admin");
-    s.get(&admin, "/spending", "uuid=accx")
-        .fails(404, "Account not found");
-    s.get(&admin, "/walking_amount", "uuid=accx")
-        .fails(403, "Account not found");
+    s.get(&admin, "/spending", "uuid=accx").fails(404, "Account not found");
+    s.get(&admin, "/walking_amount", "uuid=accx").fails(403, "Account not found");
     let ghost = s.token("ghost", "user");
     for (path, _) in RANGE_ENDPOINTS {
-        s.get(&ghost, path, &format!("uuid={main}"))
-            .fails(404, "User not found or unauthorized access");
+        s.get(&ghost, path, &format!("uuid={main}")).fails(404, "User not found or unauthorized access");
     }
     let r = s.get(&tok, "/walking_amount", &format!("uuid={main}"));
     assert_eq!(r.ok().s("amt_type"), "amount_due");
@@ -74,11 +60,7 @@ fn ranges_cover_whole_days_and_all_history_by_default() {
     dep(10, "2025-01-01T00:00:00Z");
     dep(100, "2025-01-01T23:59:59Z");
     dep(1000, "2025-01-02");
-    let inc = |q: &str| {
-        s.get(&tok, "/total_income", &format!("uuid={main}{q}"))
-            .ok()
-            .n("total_income")
-    };
+    let inc = |q: &str| s.get(&tok, "/total_income", &format!("uuid={main}{q}")).ok().n("total_income");
     assert_eq!(inc(""), "1111");
     assert_eq!(inc("&from=2025-01-01&to=2025-01-01"), "110");
     assert_eq!(inc("&from=2025-01-01T18:00&to=2025-01-01T01:00"), "110");
@@ -91,11 +73,7 @@ fn ranges_cover_whole_days_and_all_history_by_default() {
     )
     .ok();
     s.post(&tok, "/withdraw", json!({"uuid": main, "amount": 7, "channel": "c", "initiated_by": "Bank", "transaction_date": "2025-01-02"})).ok();
-    let r = s.get(
-        &tok,
-        "/spending",
-        &format!("uuid={main}&from=2025-01-02&to=2025-01-02"),
-    );
+    let r = s.get(&tok, "/spending", &format!("uuid={main}&from=2025-01-02&to=2025-01-02"));
     assert_eq!(
         (r.ok().n("total_spending"), r.s("from"), r.s("to")),
         ("5".into(), "2025-01-02".into(), "2025-01-02".into())
@@ -106,22 +84,10 @@ fn ranges_cover_whole_days_and_all_history_by_default() {
 fn utilization_epsilon_case_and_zero() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "200");
+    assert_eq!(s.get(&tok, "/income_utilization", &format!("uuid={main}")).ok().n("utilization"), "0");
+    s.post(&tok, "/withdraw", json!({"uuid": main, "amount": 200, "channel": "c"})).ok();
     assert_eq!(
-        s.get(&tok, "/income_utilization", &format!("uuid={main}"))
-            .ok()
-            .n("utilization"),
-        "0"
-    );
-    s.post(
-        &tok,
-        "/withdraw",
-        json!({"uuid": main, "amount": 200, "channel": "c"}),
-    )
-    .ok();
-    assert_eq!(
-        s.get(&tok, "/income_utilization", &format!("uuid={main}"))
-            .ok()
-            .n("utilization"),
+        s.get(&tok, "/income_utilization", &format!("uuid={main}")).ok().n("utilization"),
         "900719925474099200"
     );
 }
@@ -131,29 +97,13 @@ fn total_balance_and_due_rows() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "10");
     let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
-    s.child(
-        &tok,
-        &needs,
-        "Rent",
-        json!({"allocation": 1, "fixed_amount": "99.99"}),
-    );
+    s.child(&tok, &needs, "Rent", json!({"allocation": 1, "fixed_amount": "99.99"}));
     s.deposit(&tok, &main, "20").ok();
-    assert_eq!(
-        s.get(&tok, "/compute_total_balance", &format!("uuid={main}"))
-            .ok()
-            .n("total_balance"),
-        "30"
-    );
-    assert_eq!(
-        s.get(&tok, "/compute_total_due", &format!("uuid={main}"))
-            .ok()
-            .n("total_due"),
-        "79.99"
-    );
+    assert_eq!(s.get(&tok, "/compute_total_balance", &format!("uuid={main}")).ok().n("total_balance"), "30");
+    assert_eq!(s.get(&tok, "/compute_total_due", &format!("uuid={main}")).ok().n("total_due"), "79.99");
     for p in ["/compute_total_balance", "/compute_total_due"] {
         s.get(&tok, p, "").fails(400, "UUID is required");
-        s.get(&tok, p, "uuid=accx")
-            .fails(403, "Account not found or unauthorized");
+        s.get(&tok, p, "uuid=accx").fails(403, "Account not found or unauthorized");
     }
     let d = |q: &str| s.get(&tok, "/compute_total_due_within_days", q);
     d("days=1").fails(400, "UUID is required");
@@ -186,18 +136,11 @@ fn minimal_tree_shape_and_errors() {
         r#""minimal_tree":{{"name":"Main","account_uuid":"{main}","account_class":"MainAccount","balance":0,"transactions":["#
     );
     assert!(r.text.contains(&head), "{}", r.text);
-    assert_eq!(
-        t["child_accounts_list"],
-        json!({"Needs": {"name": "Needs", "uuid": needs}})
-    );
+    assert_eq!(t["child_accounts_list"], json!({"Needs": {"name": "Needs", "uuid": needs}}));
     assert!(t.get("parent_uuid").is_none());
     let n = &t["child_accounts"]["Needs"];
     assert_eq!(
-        (
-            n["parent_name"].clone(),
-            n["account_status"].clone(),
-            n["priority"].clone()
-        ),
+        (n["parent_name"].clone(), n["account_status"].clone(), n["priority"].clone()),
         (json!("Main"), json!("active"), json!(2))
     );
     let g = &n["child_accounts"]["Rent"];
@@ -215,26 +158,15 @@ fn minimal_tree_shape_and_errors() {
     assert_eq!(t["compute_total_due_within_n_days"].to_string(), "60");
     assert_eq!(t["total_income"].to_string(), "40");
     assert!(t.get("time_series").is_none());
-    s.get(&tok, "/get_minimal_tree", "uuid=")
-        .fails(400, "UUID is required");
-    s.get(&tok, "/get_minimal_tree", "n=ten")
-        .fails(400, "`n` must be a positive number");
-    s.get(&tok, "/get_minimal_tree", "n=0")
-        .fails(400, "`n` must be a positive number");
-    s.get(&tok, "/get_minimal_tree", "start_date=2020-13-01")
-        .fails(400, "Invalid date format");
-    s.get(
-        &tok,
-        "/get_minimal_tree",
-        "start_date=2025-02-01&end_date=2025-01-01",
-    )
-    .fails(400, "End date cannot be earlier than start date");
-    s.get(&tok, "/get_minimal_tree", "ts_data=maybe")
-        .fails(400, "ts_data must be a boolean");
-    s.get(&tok, "/get_minimal_tree", "ts_data=true")
-        .fails(400, "Date range too large for time series");
-    s.get(&tok, "/get_minimal_tree", "uuid=accx")
-        .fails(403, "Account not found");
+    s.get(&tok, "/get_minimal_tree", "uuid=").fails(400, "UUID is required");
+    s.get(&tok, "/get_minimal_tree", "n=ten").fails(400, "`n` must be a positive number");
+    s.get(&tok, "/get_minimal_tree", "n=0").fails(400, "`n` must be a positive number");
+    s.get(&tok, "/get_minimal_tree", "start_date=2020-13-01").fails(400, "Invalid date format");
+    s.get(&tok, "/get_minimal_tree", "start_date=2025-02-01&end_date=2025-01-01")
+        .fails(400, "End date cannot be earlier than start date");
+    s.get(&tok, "/get_minimal_tree", "ts_data=maybe").fails(400, "ts_data must be a boolean");
+    s.get(&tok, "/get_minimal_tree", "ts_data=true").fails(400, "Date range too large for time series");
+    s.get(&tok, "/get_minimal_tree", "uuid=accx").fails(403, "Account not found");
     let r = s.get(
         &tok,
         "/get_minimal_tree",
@@ -248,12 +180,6 @@ fn minimal_tree_shape_and_errors() {
         json!({"Date": "2025-07-10", "Income": 0, "Spending": 0, "Allocated": 40, "Overall_Debt": 60})
     );
     // n=5: Rent's due date is 9.6 days ahead.
-    assert_eq!(
-        r.json["minimal_tree"]["compute_total_due_within_n_days"].to_string(),
-        "0"
-    );
-    assert_eq!(
-        r.json["minimal_tree"]["previous_allocated_amount"].to_string(),
-        "0"
-    );
+    assert_eq!(r.json["minimal_tree"]["compute_total_due_within_n_days"].to_string(), "0");
+    assert_eq!(r.json["minimal_tree"]["previous_allocated_amount"].to_string(), "0");
 }

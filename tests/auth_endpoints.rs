@@ -13,10 +13,7 @@ fn public_post(s: &Srv, path: &str, body: serde_json::Value) -> common::Resp {
 fn register_password_mode_and_duplicates() {
     let s = Srv::start();
     let r = public_post(&s, "/register", json!({"user_id": "u1"}));
-    assert_eq!(
-        r.text,
-        r#"{"success":false,"status":401,"error":"Missing or invalid token"}"#
-    );
+    assert_eq!(r.text, r#"{"success":false,"status":401,"error":"Missing or invalid token"}"#);
     let r = public_post(&s, "/register", json!({"user_id": "u1", "password": "secret123"}));
     r.ok();
     assert_eq!(r.s("user_id"), "u1");
@@ -52,13 +49,8 @@ fn register_error_rows() {
 fn register_token_mode() {
     let s = Srv::start();
     let t2 = s.token("u2", "user");
-    s.post(&t2, "/register", json!({"user_id": "u3"}))
-        .fails(403, "user_id does not match token");
-    let r = s.post(
-        &t2,
-        "/register",
-        json!({"user_id": "u2", "initial_balance": "500.25"}),
-    );
+    s.post(&t2, "/register", json!({"user_id": "u3"})).fails(403, "user_id does not match token");
+    let r = s.post(&t2, "/register", json!({"user_id": "u2", "initial_balance": "500.25"}));
     r.ok();
     assert_eq!(s.balance(&t2, &r.s("uuid")), "500.25");
     // The opening balance is not logged as a deposit.
@@ -76,12 +68,7 @@ fn register_token_mode() {
 #[test]
 fn login_issues_hs256_token_with_claims() {
     let s = Srv::start();
-    public_post(
-        &s,
-        "/register",
-        json!({"user_id": "alice", "password": "secret123"}),
-    )
-    .ok();
+    public_post(&s, "/register", json!({"user_id": "alice", "password": "secret123"})).ok();
     let r = public_post(&s, "/login", json!({"user_id": "alice", "password": "secret123"}));
     r.ok();
     assert_eq!(
@@ -103,19 +90,13 @@ fn login_issues_hs256_token_with_claims() {
     assert_eq!(c["iat"], json!(common::T0));
     assert_eq!(c["exp"], json!(common::T0 + 3600));
     // The token works.
-    s.get(&tok, "/get_balance", "uuid=x")
-        .fails(403, "Account not found or unauthorized");
+    s.get(&tok, "/get_balance", "uuid=x").fails(403, "Account not found or unauthorized");
 }
 
 #[test]
 fn login_errors_and_backoff() {
     let s = Srv::start();
-    public_post(
-        &s,
-        "/register",
-        json!({"user_id": "bob", "password": "secret123"}),
-    )
-    .ok();
+    public_post(&s, "/register", json!({"user_id": "bob", "password": "secret123"})).ok();
     public_post(&s, "/login", json!({"password": "x"})).fails(400, "user_id is required");
     public_post(&s, "/login", json!({"user_id": "bob"})).fails(400, "password is required");
     public_post(&s, "/login", json!({"user_id": "bob", "password": "wrong-pass"}))
@@ -130,23 +111,15 @@ fn login_errors_and_backoff() {
         .fails(401, "Invalid user_id or password");
     let t = s.token("tokonly", "user");
     s.post(&t, "/register", json!({"user_id": "tokonly"})).ok();
-    public_post(
-        &s,
-        "/login",
-        json!({"user_id": "tokonly", "password": "secret123"}),
-    )
-    .fails(401, "Invalid user_id or password");
+    public_post(&s, "/login", json!({"user_id": "tokonly", "password": "secret123"}))
+        .fails(401, "Invalid user_id or password");
 }
 
 #[test]
 fn generate_access_token_is_disabled_by_default() {
     let s = Srv::start();
-    public_post(
-        &s,
-        "/generate_access_token",
-        json!({"user_id": "u", "role": "admin", "exp": 2000000000}),
-    )
-    .fails(403, "Token generation endpoint is disabled");
+    public_post(&s, "/generate_access_token", json!({"user_id": "u", "role": "admin", "exp": 2000000000}))
+        .fails(403, "Token generation endpoint is disabled");
 }
 
 #[test]
@@ -166,8 +139,7 @@ fn generate_access_token_when_enabled() {
     let tok = r.s("token");
     // The minted admin token works: an unknown account is then 404 rather than 403.
     s.post(&tok, "/register", json!({"user_id": "u"})).ok();
-    s.get(&tok, "/get_balance", "uuid=accx")
-        .fails(404, "Account not found or unauthorized");
+    s.get(&tok, "/get_balance", "uuid=accx").fails(404, "Account not found or unauthorized");
     let r = g(json!({"user_id": "u", "role": "user", "type": "session", "session_id": "s1"}));
     r.ok();
     // Days since the epoch (<= 1e6) are accepted too.

@@ -17,12 +17,7 @@ fn restart_finds_every_acknowledged_write() {
         json!({"uuid": main, "amount": 100, "channel": "c", "transaction_number": "T1"}),
     )
     .ok();
-    s.post(
-        &tok,
-        "/withdraw",
-        json!({"uuid": needs, "amount": 5, "channel": "c"}),
-    )
-    .ok();
+    s.post(&tok, "/withdraw", json!({"uuid": needs, "amount": 5, "channel": "c"})).ok();
     let before_tree = s.get(&tok, "/get_minimal_tree", "").ok().text.clone();
     s.restart();
     let after_tree = s.get(&tok, "/get_minimal_tree", "").ok().text.clone();
@@ -31,15 +26,8 @@ fn restart_finds_every_acknowledged_write() {
     assert_eq!(strip(&before_tree), strip(&after_tree));
     assert_eq!(s.balance(&tok, &rent), "50");
     // Transaction-number index survived too.
-    s.post(
-        &tok,
-        "/deposit",
-        json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": "T1"}),
-    )
-    .fails(
-        409,
-        "Deposit failed: This deposit has already been made. Transaction ID:T1",
-    );
+    s.post(&tok, "/deposit", json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": "T1"}))
+        .fails(409, "Deposit failed: This deposit has already been made. Transaction ID:T1");
     // And the deleted user stays deleted.
     let r = s.raw(
         "DELETE",
@@ -49,8 +37,7 @@ fn restart_finds_every_acknowledged_write() {
     );
     r.ok();
     s.restart();
-    s.get(&tok, "/get_balance", &format!("uuid={main}"))
-        .fails(404, "User not found or unauthorized access");
+    s.get(&tok, "/get_balance", &format!("uuid={main}")).fails(404, "User not found or unauthorized access");
 }
 
 #[test]
@@ -58,31 +45,15 @@ fn generated_secret_persists_across_restarts() {
     let mut s = Srv::start_with(|c| c.jwt_secret = None);
     let secret = std::fs::read_to_string(s.dir.path().join("jwt_secret")).unwrap();
     assert_eq!(secret.len(), 64);
-    assert!(secret
-        .bytes()
-        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-    let r = s.raw(
-        "POST",
-        "/register",
-        &[],
-        Body::Json(json!({"user_id": "p1", "password": "secret123"})),
-    );
+    assert!(secret.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    let r = s.raw("POST", "/register", &[], Body::Json(json!({"user_id": "p1", "password": "secret123"})));
     r.ok();
     s.restart();
-    assert_eq!(
-        std::fs::read_to_string(s.dir.path().join("jwt_secret")).unwrap(),
-        secret
-    );
-    let r = s.raw(
-        "POST",
-        "/login",
-        &[],
-        Body::Json(json!({"user_id": "p1", "password": "secret123"})),
-    );
+    assert_eq!(std::fs::read_to_string(s.dir.path().join("jwt_secret")).unwrap(), secret);
+    let r = s.raw("POST", "/login", &[], Body::Json(json!({"user_id": "p1", "password": "secret123"})));
     let tok = r.ok().s("token");
     s.restart();
-    s.get(&tok, "/get_balance", "uuid=accx")
-        .fails(403, "Account not found or unauthorized");
+    s.get(&tok, "/get_balance", "uuid=accx").fails(403, "Account not found or unauthorized");
 }
 
 #[test]
@@ -119,9 +90,7 @@ fn concurrent_deposits_of_one_user_are_all_applied() {
         }
     });
     assert_eq!(
-        s.get(&tok, "/compute_total_balance", &format!("uuid={main}"))
-            .ok()
-            .n("total_balance"),
+        s.get(&tok, "/compute_total_balance", &format!("uuid={main}")).ok().n("total_balance"),
         "40.4"
     );
     assert_eq!(s.txs(&tok, &main).len(), 80);

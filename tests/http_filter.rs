@@ -18,16 +18,8 @@ fn missing_token_is_401_filter_shaped() {
     let s = Srv::start();
     let r = s.raw("POST", "/deposit", &[], Body::None);
     assert_eq!(r.status, 401);
-    assert_eq!(
-        r.text,
-        r#"{"success":false,"status":401,"error":"Missing or invalid token"}"#
-    );
-    let r = s.raw(
-        "GET",
-        "/get_balance",
-        &[("Authorization", "bearer abc")],
-        Body::None,
-    );
+    assert_eq!(r.text, r#"{"success":false,"status":401,"error":"Missing or invalid token"}"#);
+    let r = s.raw("GET", "/get_balance", &[("Authorization", "bearer abc")], Body::None);
     assert_eq!(r.status, 401);
     assert_eq!(r.err(), "Missing or invalid token");
 }
@@ -46,10 +38,7 @@ fn bad_token_twice_triggers_backoff_with_retry_after() {
     assert_eq!((r.status, r.err().as_str()), (401, "Invalid or expired token"));
     s.clock.advance_micros(300_000);
     let r = s.raw("POST", "/deposit", &h, Body::None);
-    assert_eq!(
-        (r.status, r.err().as_str()),
-        (429, "Too many failed attempts. Wait 0.7 seconds.")
-    );
+    assert_eq!((r.status, r.err().as_str()), (429, "Too many failed attempts. Wait 0.7 seconds."));
     assert_eq!(r.header("retry-after"), Some("1"));
     assert_eq!(
         r.text,
@@ -70,8 +59,7 @@ fn token_minted_elsewhere_is_accepted() {
     )
     .unwrap();
     // Authenticated but no tree: 404 from the endpoint, not 401 from the filter.
-    s.get(&tok, "/get_balance", "uuid=x")
-        .fails(404, "User not found or unauthorized access");
+    s.get(&tok, "/get_balance", "uuid=x").fails(404, "User not found or unauthorized access");
 }
 
 #[test]
@@ -86,34 +74,17 @@ fn hs512_and_claim_rules_are_refused() {
         mk(jsonwebtoken::Algorithm::HS256, json!({"role": "user"})),
         mk(jsonwebtoken::Algorithm::HS256, json!({"user_id": ""})),
         mk(jsonwebtoken::Algorithm::HS256, json!({"user_id": 5})),
-        mk(
-            jsonwebtoken::Algorithm::HS256,
-            json!({"user_id": "u1", "exp": common::T0 - 1}),
-        ),
-        mk(
-            jsonwebtoken::Algorithm::HS256,
-            json!({"user_id": "u1", "exp": "never"}),
-        ),
-        mk(
-            jsonwebtoken::Algorithm::HS256,
-            json!({"user_id": "u1", "nbf": common::T0 + 100}),
-        ),
+        mk(jsonwebtoken::Algorithm::HS256, json!({"user_id": "u1", "exp": common::T0 - 1})),
+        mk(jsonwebtoken::Algorithm::HS256, json!({"user_id": "u1", "exp": "never"})),
+        mk(jsonwebtoken::Algorithm::HS256, json!({"user_id": "u1", "nbf": common::T0 + 100})),
     ];
     for t in cases {
         let r = s.get(&t, "/get_balance", "uuid=x");
-        assert_eq!(
-            (r.status, r.err().as_str()),
-            (401, "Invalid or expired token"),
-            "{t}"
-        );
+        assert_eq!((r.status, r.err().as_str()), (401, "Invalid or expired token"), "{t}");
     }
     // exp in the future and a fractional exp are fine; a missing role means "user".
-    let ok = mk(
-        jsonwebtoken::Algorithm::HS256,
-        json!({"user_id": "u1", "exp": common::T0 as f64 + 10.5}),
-    );
-    s.get(&ok, "/get_balance", "uuid=x")
-        .fails(404, "User not found or unauthorized access");
+    let ok = mk(jsonwebtoken::Algorithm::HS256, json!({"user_id": "u1", "exp": common::T0 as f64 + 10.5}));
+    s.get(&ok, "/get_balance", "uuid=x").fails(404, "User not found or unauthorized access");
 }
 
 #[test]
@@ -127,19 +98,13 @@ fn rate_limit_per_user_and_per_ip() {
         assert_eq!(s.get(&tok, "/get_balance", "uuid=x").status, 404);
     }
     let r = s.get(&tok, "/get_balance", "uuid=x");
-    assert_eq!(
-        r.text,
-        r#"{"success":false,"status":429,"error":"Rate limit exceeded. Try later."}"#
-    );
+    assert_eq!(r.text, r#"{"success":false,"status":429,"error":"Rate limit exceeded. Try later."}"#);
     assert_eq!(r.header("retry-after"), Some("10"));
     for _ in 0..3 {
         assert_eq!(s.raw("GET", "/__ping__", &[], Body::None).status, 200);
     }
     let r = s.raw("GET", "/__ping__", &[], Body::None);
-    assert_eq!(
-        (r.status, r.err().as_str()),
-        (429, "Rate limit exceeded. Try again later.")
-    );
+    assert_eq!((r.status, r.err().as_str()), (429, "Rate limit exceeded. Try again later."));
     assert!(r.header("retry-after").is_some());
     // The window resets only strictly after WINDOW_SIZE seconds.
     s.clock.advance_micros(10_000_000);
@@ -153,20 +118,9 @@ fn routing_404_and_405_with_allow() {
     let s = Srv::start();
     let tok = s.token("u", "user");
     let r = s.get(&tok, "/accounts", "");
-    assert_eq!(
-        r.text,
-        r#"{"success":false,"status":404,"error":"404 - Resource Not Found"}"#
-    );
-    let r = s.raw(
-        "POST",
-        "/get_balance",
-        &[("Authorization", &format!("Bearer {tok}"))],
-        Body::None,
-    );
-    assert_eq!(
-        r.text,
-        r#"{"success":false,"status":405,"error":"405 - Method Not Allowed"}"#
-    );
+    assert_eq!(r.text, r#"{"success":false,"status":404,"error":"404 - Resource Not Found"}"#);
+    let r = s.raw("POST", "/get_balance", &[("Authorization", &format!("Bearer {tok}"))], Body::None);
+    assert_eq!(r.text, r#"{"success":false,"status":405,"error":"405 - Method Not Allowed"}"#);
     assert_eq!(r.header("allow"), Some("GET"));
     let r = s.get(&tok, "/deposit/", "");
     assert_eq!(r.status, 404);
@@ -180,16 +134,8 @@ fn body_over_one_mib_is_413() {
     let r = s.form(&tok, "/get_balance", &big);
     // Wrong method is decided before the body; use a GET with a body instead.
     assert_eq!(r.status, 405);
-    let r = s.raw(
-        "GET",
-        "/get_balance",
-        &[("Authorization", &format!("Bearer {tok}"))],
-        Body::Form(&big),
-    );
-    assert_eq!(
-        r.text,
-        r#"{"success":false,"status":413,"error":"Request body too large"}"#
-    );
+    let r = s.raw("GET", "/get_balance", &[("Authorization", &format!("Bearer {tok}"))], Body::Form(&big));
+    assert_eq!(r.text, r#"{"success":false,"status":413,"error":"Request body too large"}"#);
 }
 
 #[test]
@@ -198,12 +144,8 @@ fn malformed_json_body_is_400() {
     let (tok, _) = s.user("j", "0");
     let auth = format!("Bearer {tok}");
     for body in [&b"{not json"[..], b"[1,2]", b"\"str\""] {
-        let r = s.raw(
-            "GET",
-            "/get_balance",
-            &[("Authorization", &auth)],
-            Body::Raw("application/json", body),
-        );
+        let r =
+            s.raw("GET", "/get_balance", &[("Authorization", &auth)], Body::Raw("application/json", body));
         r.fails(400, "Invalid request body");
         assert!(r.json.get("start_time").is_some());
     }
@@ -225,20 +167,11 @@ fn cors_preflight_and_origin_header_when_enabled() {
     let s = Srv::start_with(|c| c.cors_allow_origin = Some("https://app.example".into()));
     let r = s.raw("OPTIONS", "/deposit", &[], Body::None);
     assert_eq!(r.status, 204);
-    assert_eq!(
-        r.header("access-control-allow-origin"),
-        Some("https://app.example")
-    );
-    assert_eq!(
-        r.header("access-control-allow-methods"),
-        Some("GET, POST, DELETE, OPTIONS")
-    );
+    assert_eq!(r.header("access-control-allow-origin"), Some("https://app.example"));
+    assert_eq!(r.header("access-control-allow-methods"), Some("GET, POST, DELETE, OPTIONS"));
     assert_eq!(r.header("access-control-max-age"), Some("600"));
     let r = s.raw("GET", "/__ping__", &[], Body::None);
-    assert_eq!(
-        r.header("access-control-allow-origin"),
-        Some("https://app.example")
-    );
+    assert_eq!(r.header("access-control-allow-origin"), Some("https://app.example"));
 }
 
 #[test]

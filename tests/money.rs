@@ -15,18 +15,10 @@ fn deposit_and_withdraw_on_a_childless_main_account() {
         (r.s("account_uuid"), r.n("amount"), r.n("balance")),
         (main.clone(), "1000".into(), "1500".into())
     );
-    let r = s.form(
-        &tok,
-        "/withdraw",
-        &format!("uuid={main}&amount=200&channel=mpesa"),
-    );
+    let r = s.form(&tok, "/withdraw", &format!("uuid={main}&amount=200&channel=mpesa"));
     assert_eq!(r.ok().n("balance"), "1300");
-    s.form(
-        &tok,
-        "/withdraw",
-        &format!("uuid={main}&amount=999999&channel=mpesa"),
-    )
-    .fails(400, "Failed: Insufficient balance! Your current balance is:1300");
+    s.form(&tok, "/withdraw", &format!("uuid={main}&amount=999999&channel=mpesa"))
+        .fails(400, "Failed: Insufficient balance! Your current balance is:1300");
 }
 
 #[test]
@@ -56,19 +48,11 @@ fn deposit_error_rows_in_order() {
     d(json!({"uuid": "accnope", "amount": 5, "channel": "c"}))
         .fails(403, "Account not found or unauthorized");
     let admin = s.token("u1", "admin");
-    s.post(
-        &admin,
-        "/deposit",
-        json!({"uuid": "accnope", "amount": 5, "channel": "c"}),
-    )
-    .fails(404, "Account not found or unauthorized");
+    s.post(&admin, "/deposit", json!({"uuid": "accnope", "amount": 5, "channel": "c"}))
+        .fails(404, "Account not found or unauthorized");
     let stranger = s.token("nobody", "user");
-    s.post(
-        &stranger,
-        "/deposit",
-        json!({"uuid": main, "amount": 5, "channel": "c"}),
-    )
-    .fails(404, "User not found or unauthorized access");
+    s.post(&stranger, "/deposit", json!({"uuid": main, "amount": 5, "channel": "c"}))
+        .fails(404, "User not found or unauthorized access");
     // Nothing above changed anything.
     assert_eq!(s.balance(&tok, &main), "0");
     assert!(s.txs(&tok, &main).is_empty());
@@ -79,12 +63,7 @@ fn exact_money_texts_are_accepted() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
     for a in ["10.50", "10.500", "1.005e2", " 7 "] {
-        s.post(
-            &tok,
-            "/deposit",
-            json!({"uuid": main, "amount": a, "channel": "c"}),
-        )
-        .ok();
+        s.post(&tok, "/deposit", json!({"uuid": main, "amount": a, "channel": "c"})).ok();
     }
     s.raw(
         "POST",
@@ -105,26 +84,13 @@ fn duplicate_transaction_number_on_main_is_409() {
     let (tok, main) = s.user("u1", "0");
     let b = json!({"uuid": main, "amount": 5, "channel": "c", "transaction_number": "T1"});
     s.post(&tok, "/deposit", b.clone()).ok();
-    s.post(&tok, "/deposit", b).fails(
-        409,
-        "Deposit failed: This deposit has already been made. Transaction ID:T1",
-    );
+    s.post(&tok, "/deposit", b)
+        .fails(409, "Deposit failed: This deposit has already been made. Transaction ID:T1");
     // Withdrawal ids on main count too.
-    s.post(
-        &tok,
-        "/withdraw",
-        json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": "W1"}),
-    )
-    .ok();
-    s.post(
-        &tok,
-        "/deposit",
-        json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": "W1"}),
-    )
-    .fails(
-        409,
-        "Deposit failed: This deposit has already been made. Transaction ID:W1",
-    );
+    s.post(&tok, "/withdraw", json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": "W1"}))
+        .ok();
+    s.post(&tok, "/deposit", json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": "W1"}))
+        .fails(409, "Deposit failed: This deposit has already been made. Transaction ID:W1");
     assert_eq!(s.balance(&tok, &main), "4");
 }
 
@@ -133,8 +99,7 @@ fn deposit_into_inactive_child_is_400_and_changes_nothing() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
     let c = s.child(&tok, &main, "Zero", json!({"allocation": 0}));
-    s.deposit(&tok, &c, "10")
-        .fails(400, "Deposit not allowed. Account is not active.");
+    s.deposit(&tok, &c, "10").fails(400, "Deposit not allowed. Account is not active.");
     assert_eq!(s.balance(&tok, &c), "0");
 }
 
@@ -179,10 +144,7 @@ fn split_below_ten_cents_goes_to_highest_priority() {
     let savings = s.child(&tok, &main, "Savings", json!({"allocation": 0.5, "priority": 1}));
     let needs = s.child(&tok, &main, "Needs", json!({"allocation": 0.5, "priority": 2}));
     s.deposit(&tok, &main, "0.07").ok();
-    assert_eq!(
-        (s.balance(&tok, &needs), s.balance(&tok, &savings)),
-        ("0.07".into(), "0".into())
-    );
+    assert_eq!((s.balance(&tok, &needs), s.balance(&tok, &savings)), ("0.07".into(), "0".into()));
     let t = s.txs(&tok, &main);
     assert_eq!(t[1]["Channel"], json!("Allocation to Needs"));
     assert_eq!(s.txs(&tok, &needs)[0]["Channel"], json!("Allocation from Main"));
@@ -193,17 +155,9 @@ fn split_skips_inactive_children() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
     let needs = s.child(&tok, &main, "Needs", json!({"allocation": 0.5}));
-    let fun = s.child(
-        &tok,
-        &main,
-        "Fun",
-        json!({"allocation": 0.5, "status": "inactive"}),
-    );
+    let fun = s.child(&tok, &main, "Fun", json!({"allocation": 0.5, "status": "inactive"}));
     s.deposit(&tok, &main, "100").ok();
-    assert_eq!(
-        (s.balance(&tok, &needs), s.balance(&tok, &fun)),
-        ("100".into(), "0".into())
-    );
+    assert_eq!((s.balance(&tok, &needs), s.balance(&tok, &fun)), ("100".into(), "0".into()));
 }
 
 #[test]
@@ -222,21 +176,13 @@ fn split_s6_records_and_response_balance() {
     let t = s.txs(&tok, &main);
     assert_eq!(
         (num(&t[0]["Balance"]), t[1]["Channel"].clone(), t[1]["By"].clone()),
-        (
-            "1500".into(),
-            json!("Allocation to child accounts"),
-            json!("System")
-        )
+        ("1500".into(), json!("Allocation to child accounts"), json!("System"))
     );
     assert!(t[1]["TransactionID"].as_str().unwrap().starts_with("SYS"));
     assert_eq!(t[1]["TransactionID"].as_str().unwrap().len(), 13);
     let n = s.txs(&tok, &needs);
     assert_eq!(
-        (
-            n[0]["TransactionID"].clone(),
-            n[0]["By"].clone(),
-            num(&n[0]["Amount"])
-        ),
+        (n[0]["TransactionID"].clone(), n[0]["By"].clone(), num(&n[0]["Amount"])),
         (json!("T1"), json!("System"), "500".into())
     );
 }
@@ -246,23 +192,14 @@ fn capping_example_c1_returns_surplus_down() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
     let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
-    let rent = s.child(
-        &tok,
-        &needs,
-        "Rent",
-        json!({"allocation": 0.6, "priority": 1, "fixed_amount": 400}),
-    );
+    let rent = s.child(&tok, &needs, "Rent", json!({"allocation": 0.6, "priority": 1, "fixed_amount": 400}));
     let food = s.child(&tok, &needs, "Food", json!({"allocation": 0.4}));
     // Bring Rent to 300 first: 500 into Needs gives Rent 300, Food 200.
     s.deposit(&tok, &needs, "500").ok();
     assert_eq!(s.balance(&tok, &rent), "300");
     s.deposit(&tok, &needs, "250").ok();
     assert_eq!(
-        (
-            s.balance(&tok, &rent),
-            s.balance(&tok, &food),
-            s.balance(&tok, &needs)
-        ),
+        (s.balance(&tok, &rent), s.balance(&tok, &food), s.balance(&tok, &needs)),
         ("400".into(), "300".into(), "50".into())
     );
     let st = s.get(&tok, "/get_account_status", &format!("uuid={rent}"));
@@ -270,11 +207,7 @@ fn capping_example_c1_returns_surplus_down() {
     let last = s.txs(&tok, &needs).last().cloned().unwrap();
     assert_eq!(
         (last["Channel"].clone(), last["By"].clone(), num(&last["Amount"])),
-        (
-            json!("Returned Extra Allocation-down"),
-            json!("System"),
-            "50".into()
-        )
+        (json!("Returned Extra Allocation-down"), json!("System"), "50".into())
     );
     let f = s.get(&tok, "/find_account_by_uuid", &format!("uuid={rent}"));
     assert_eq!(f.ok().n("amount_due"), "0");
@@ -285,25 +218,14 @@ fn capping_example_c2_user_deposit_returns_surplus_up() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
     let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
-    let rent = s.child(
-        &tok,
-        &needs,
-        "Rent",
-        json!({"allocation": 1, "fixed_amount": 400}),
-    );
+    let rent = s.child(&tok, &needs, "Rent", json!({"allocation": 1, "fixed_amount": 400}));
     s.deposit(&tok, &rent, "30").ok();
     s.deposit(&tok, &rent, "500").ok();
-    assert_eq!(
-        (s.balance(&tok, &rent), s.balance(&tok, &needs)),
-        ("400".into(), "130".into())
-    );
+    assert_eq!((s.balance(&tok, &rent), s.balance(&tok, &needs)), ("400".into(), "130".into()));
     let last = s.txs(&tok, &needs).last().cloned().unwrap();
     assert_eq!(last["Channel"], json!("Returned Extra Allocation-up"));
     let r = s.txs(&tok, &rent);
-    assert_eq!(
-        (num(&r[1]["Amount"]), r[1]["By"].clone()),
-        ("370".into(), json!("User"))
-    );
+    assert_eq!((num(&r[1]["Amount"]), r[1]["By"].clone()), ("370".into(), json!("User")));
 }
 
 #[test]
@@ -311,31 +233,14 @@ fn capping_example_c3_need_below_zero_credits_nothing() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
     let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
-    let rent = s.child(
-        &tok,
-        &needs,
-        "Rent",
-        json!({"allocation": 1, "fixed_amount": 1000}),
-    );
+    let rent = s.child(&tok, &needs, "Rent", json!({"allocation": 1, "fixed_amount": 1000}));
     s.deposit(&tok, &rent, "500").ok();
-    let r = s.post(
-        &tok,
-        "/set_fixed_amount",
-        json!({"uuid": rent, "fixed_amount": 400}),
-    );
+    let r = s.post(&tok, "/set_fixed_amount", json!({"uuid": rent, "fixed_amount": 400}));
     assert_eq!(r.ok().n("amount_due"), "-100");
     s.deposit(&tok, &needs, "50").ok();
-    assert_eq!(
-        (s.balance(&tok, &rent), s.balance(&tok, &needs)),
-        ("500".into(), "50".into())
-    );
+    assert_eq!((s.balance(&tok, &rent), s.balance(&tok, &needs)), ("500".into(), "50".into()));
     assert_eq!(s.txs(&tok, &rent).len(), 1);
-    assert_eq!(
-        s.get(&tok, "/get_account_status", &format!("uuid={rent}"))
-            .ok()
-            .s("account_status"),
-        "inactive"
-    );
+    assert_eq!(s.status(&tok, &rent), "inactive");
 }
 
 #[test]
@@ -361,11 +266,7 @@ fn withdraw_error_rows() {
     assert_eq!(r.ok().n("balance"), "7.5");
     let t = s.txs(&tok, &main);
     assert_eq!(
-        (
-            t[0]["Type"].clone(),
-            t[0]["TransactionID"].clone(),
-            t[0]["Date"].clone()
-        ),
+        (t[0]["Type"].clone(), t[0]["TransactionID"].clone(), t[0]["Date"].clone()),
         (json!("Withdrawal"), json!("W9"), json!("2025-02-01 00:00:00"))
     );
 }
@@ -375,19 +276,9 @@ fn withdrawal_example_w1_fractional_periods() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
     let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
-    let rent = s.child(
-        &tok,
-        &needs,
-        "Rent",
-        json!({"allocation": 1, "fixed_amount": 750}),
-    );
+    let rent = s.child(&tok, &needs, "Rent", json!({"allocation": 1, "fixed_amount": 750}));
     s.deposit(&tok, &rent, "750").ok();
-    s.post(
-        &tok,
-        "/withdraw",
-        json!({"uuid": rent, "amount": 350, "channel": "c"}),
-    )
-    .ok();
+    s.post(&tok, "/withdraw", json!({"uuid": rent, "amount": 350, "channel": "c"})).ok();
     let r = s.get(&tok, "/get_account_periods", &format!("uuid={rent}"));
     assert_eq!(r.ok().n("periods"), "0.533333");
     let f = s.get(&tok, "/find_account_by_uuid", &format!("uuid={rent}"));
@@ -398,70 +289,30 @@ fn withdrawal_example_w1_fractional_periods() {
 fn distribute_example_d1_and_errors() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "1300");
-    let c1 = s.child(
-        &tok,
-        &main,
-        "DistributionChild1",
-        json!({"allocation": 0.5, "priority": 1}),
-    );
-    let c2 = s.child(
-        &tok,
-        &main,
-        "DistributionChild2",
-        json!({"allocation": 0.5, "priority": 2}),
-    );
+    let c1 = s.child(&tok, &main, "DistributionChild1", json!({"allocation": 0.5, "priority": 1}));
+    let c2 = s.child(&tok, &main, "DistributionChild2", json!({"allocation": 0.5, "priority": 2}));
     let r = s.post(&tok, "/distribute", json!({"uuid": main, "amount": 1000}));
     r.ok();
     assert_eq!(
         (r.s("message"), r.n("amount"), r.n("balance")),
-        (
-            "Amount successifully distributed to children".into(),
-            "1000".into(),
-            "300".into()
-        )
+        ("Amount successifully distributed to children".into(), "1000".into(), "300".into())
     );
-    assert_eq!(
-        (s.balance(&tok, &c1), s.balance(&tok, &c2)),
-        ("500".into(), "500".into())
-    );
-    s.post(
-        &tok,
-        "/distribute",
-        json!({"uuid": main, "amount": 200, "transaction": "custom-txn"}),
-    )
-    .ok();
-    assert_eq!(
-        s.txs(&tok, &c1).last().unwrap()["TransactionID"],
-        json!("custom-txn")
-    );
-    assert_eq!(
-        s.txs(&tok, &c2).last().unwrap()["TransactionID"],
-        json!("custom-txn")
-    );
+    assert_eq!((s.balance(&tok, &c1), s.balance(&tok, &c2)), ("500".into(), "500".into()));
+    s.post(&tok, "/distribute", json!({"uuid": main, "amount": 200, "transaction": "custom-txn"})).ok();
+    assert_eq!(s.txs(&tok, &c1).last().unwrap()["TransactionID"], json!("custom-txn"));
+    assert_eq!(s.txs(&tok, &c2).last().unwrap()["TransactionID"], json!("custom-txn"));
     s.post(&tok, "/distribute", json!({"uuid": main, "amount": 99999}))
-        .fails(
-            400,
-            "Distribution failed: Insufficient balance! Your current balance is:100",
-        );
+        .fails(400, "Distribution failed: Insufficient balance! Your current balance is:100");
     s.post(&tok, "/distribute", json!({"uuid": c1, "amount": 1}))
         .fails(400, "Distribution failed: No active child accounts available.");
-    s.post(&tok, "/distribute", json!({"amount": 1}))
-        .fails(400, "uuid is required");
-    s.post(&tok, "/distribute", json!({"uuid": main}))
-        .fails(400, "amount is required");
-    s.post(&tok, "/distribute", json!({"uuid": main, "amount": "abc"}))
-        .fails(400, "amount must be numeric");
-    s.post(&tok, "/distribute", json!({"uuid": main, "amount": 0}))
-        .fails(400, "amount must be > 0");
+    s.post(&tok, "/distribute", json!({"amount": 1})).fails(400, "uuid is required");
+    s.post(&tok, "/distribute", json!({"uuid": main})).fails(400, "amount is required");
+    s.post(&tok, "/distribute", json!({"uuid": main, "amount": "abc"})).fails(400, "amount must be numeric");
+    s.post(&tok, "/distribute", json!({"uuid": main, "amount": 0})).fails(400, "amount must be > 0");
     s.post(&tok, "/distribute", json!({"uuid": "accx", "amount": 1}))
         .fails(403, "Account not found or unauthorized");
     // initiated_by becomes By of the debit and the direct shares.
-    s.post(
-        &tok,
-        "/distribute",
-        json!({"uuid": main, "amount": 10, "initiated_by": "Planner"}),
-    )
-    .ok();
+    s.post(&tok, "/distribute", json!({"uuid": main, "amount": 10, "initiated_by": "Planner"})).ok();
     assert_eq!(s.txs(&tok, &main).last().unwrap()["By"], json!("Planner"));
     assert_eq!(s.txs(&tok, &c2).last().unwrap()["By"], json!("Planner"));
 }
@@ -471,20 +322,11 @@ fn distribute_with_only_zero_allocations_is_400() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "100");
     let c = s.child(&tok, &main, "A", json!({"allocation": 0}));
-    s.post(
-        &tok,
-        "/change_account_status",
-        json!({"uuid": c, "status": "active"}),
-    )
-    .ok();
+    s.post(&tok, "/change_account_status", json!({"uuid": c, "status": "active"})).ok();
     s.post(&tok, "/distribute", json!({"uuid": main, "amount": 50}))
-        .fails(
-            400,
-            "Distribution failed: No active child accounts with a positive allocation.",
-        );
+        .fails(400, "Distribution failed: No active child accounts with a positive allocation.");
     // Under ten cents the highest-priority active child takes it regardless of allocation.
-    s.post(&tok, "/distribute", json!({"uuid": main, "amount": "0.05"}))
-        .ok();
+    s.post(&tok, "/distribute", json!({"uuid": main, "amount": "0.05"})).ok();
     assert_eq!(s.balance(&tok, &c), "0.05");
 }
 
@@ -496,29 +338,13 @@ fn move_balance_example_t1_and_errors() {
     let b = s.child(&tok, &main, "DistributionChild2", json!({"allocation": 0.5}));
     s.deposit(&tok, &a, "1500").ok();
     s.deposit(&tok, &b, "500").ok();
-    let r = s.post(
-        &tok,
-        "/move_balance",
-        json!({"from_uuid": a, "to_uuid": b, "amount": 200}),
-    );
+    let r = s.post(&tok, "/move_balance", json!({"from_uuid": a, "to_uuid": b, "amount": 200}));
     r.ok();
-    assert_eq!(
-        r.s("message"),
-        "Moved 200 from DistributionChild1 to DistributionChild2"
-    );
-    assert_eq!(
-        (r.s("from_uuid"), r.s("to_uuid"), r.n("amount")),
-        (a.clone(), b.clone(), "200".into())
-    );
-    assert_eq!(
-        (s.balance(&tok, &a), s.balance(&tok, &b)),
-        ("1300".into(), "700".into())
-    );
+    assert_eq!(r.s("message"), "Moved 200 from DistributionChild1 to DistributionChild2");
+    assert_eq!((r.s("from_uuid"), r.s("to_uuid"), r.n("amount")), (a.clone(), b.clone(), "200".into()));
+    assert_eq!((s.balance(&tok, &a), s.balance(&tok, &b)), ("1300".into(), "700".into()));
     let last = s.txs(&tok, &b).last().cloned().unwrap();
-    assert_eq!(
-        (last["Channel"].clone(), last["By"].clone()),
-        (json!("Internal Transfer"), json!("System"))
-    );
+    assert_eq!((last["Channel"].clone(), last["By"].clone()), (json!("Internal Transfer"), json!("System")));
     let m = |v: serde_json::Value| s.post(&tok, "/move_balance", v);
     m(json!({"to_uuid": b, "amount": 1})).fails(400, "Source account (from_uuid) is required");
     m(json!({"from_uuid": a, "amount": 1})).fails(400, "Destination account (to_uuid) is required");
@@ -532,26 +358,15 @@ fn move_balance_example_t1_and_errors() {
         .fails(400, "Failed: Source and destination accounts must differ");
     m(json!({"from_uuid": a, "to_uuid": b, "amount": 100000}))
         .fails(400, "Failed: Insufficient balance! Your current balance is:1300");
-    s.post(
-        &tok,
-        "/change_account_status",
-        json!({"uuid": b, "status": "inactive"}),
-    )
-    .ok();
+    s.post(&tok, "/change_account_status", json!({"uuid": b, "status": "inactive"})).ok();
     m(json!({"from_uuid": a, "to_uuid": b, "amount": 1}))
         .fails(400, "Failed: Deposit not allowed. Account is not active.");
-    assert_eq!(
-        (s.balance(&tok, &a), s.balance(&tok, &b)),
-        ("1300".into(), "700".into())
-    );
+    assert_eq!((s.balance(&tok, &a), s.balance(&tok, &b)), ("1300".into(), "700".into()));
     // A transfer into main is split among its active children (only a remains active).
     let r = m(json!({"from_uuid": b, "to_uuid": main, "amount": 100000}));
     r.fails(400, "Failed: Insufficient balance! Your current balance is:700");
     m(json!({"from_uuid": b, "to_uuid": main, "amount": 100})).ok();
-    assert_eq!(
-        (s.balance(&tok, &a), s.balance(&tok, &main)),
-        ("1400".into(), "0".into())
-    );
+    assert_eq!((s.balance(&tok, &a), s.balance(&tok, &main)), ("1400".into(), "0".into()));
 }
 
 #[test]
@@ -559,25 +374,11 @@ fn values_beyond_64_bit_cents_are_refused() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
     let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
-    let g = s.child(
-        &tok,
-        &needs,
-        "Big",
-        json!({"allocation": 1, "fixed_amount": "1000000000000"}),
-    );
+    let g = s.child(&tok, &needs, "Big", json!({"allocation": 1, "fixed_amount": "1000000000000"}));
     // 1e6 periods of 1e12 units is 1e20 cents: beyond i64, refused, nothing changed.
-    s.post(
-        &tok,
-        "/set_account_periods",
-        json!({"uuid": g, "periods": 1000000}),
-    )
-    .fails(400, "amount is too large");
-    assert_eq!(
-        s.get(&tok, "/get_account_periods", &format!("uuid={g}"))
-            .ok()
-            .n("periods"),
-        "1"
-    );
+    s.post(&tok, "/set_account_periods", json!({"uuid": g, "periods": 1000000}))
+        .fails(400, "amount is too large");
+    assert_eq!(s.get(&tok, "/get_account_periods", &format!("uuid={g}")).ok().n("periods"), "1");
 }
 
 #[test]
@@ -588,35 +389,23 @@ fn split_examples_s2_s3_s4() {
     let needs = s.child(&tok, &main, "Needs", json!({"allocation": 0.4, "priority": 1}));
     let goals = s.child(&tok, &main, "Goals", json!({"allocation": 0.2, "priority": 0}));
     s.deposit(&tok, &main, "100").ok();
-    assert_eq!(
-        (s.balance(&tok, &needs), s.balance(&tok, &goals)),
-        ("66.67".into(), "33.33".into())
-    );
+    assert_eq!((s.balance(&tok, &needs), s.balance(&tok, &goals)), ("66.67".into(), "33.33".into()));
     // S3: equal remainders go to the first child in priority/insertion order.
     let (tok, main) = s.user("s3", "100");
-    let ties: Vec<String> = (0..3)
-        .map(|i| s.child(&tok, &main, &format!("T{i}"), json!({"allocation": 0.333333})))
-        .collect();
-    s.post(&tok, "/distribute", json!({"uuid": main, "amount": 100}))
-        .ok();
+    let ties: Vec<String> =
+        (0..3).map(|i| s.child(&tok, &main, &format!("T{i}"), json!({"allocation": 0.333333}))).collect();
+    s.post(&tok, "/distribute", json!({"uuid": main, "amount": 100})).ok();
     let got: Vec<String> = ties.iter().map(|t| s.balance(&tok, t)).collect();
     assert_eq!(got, ["33.34", "33.33", "33.33"]);
     // S4: sixteen cents over ten equal children: never more than was debited.
     let (tok, main) = s.user("s4", "0.16");
-    let ten: Vec<String> = (0..10)
-        .map(|i| s.child(&tok, &main, &format!("K{i}"), json!({"allocation": 0.1})))
-        .collect();
-    s.post(&tok, "/distribute", json!({"uuid": main, "amount": "0.16"}))
-        .ok();
+    let ten: Vec<String> =
+        (0..10).map(|i| s.child(&tok, &main, &format!("K{i}"), json!({"allocation": 0.1}))).collect();
+    s.post(&tok, "/distribute", json!({"uuid": main, "amount": "0.16"})).ok();
     let got: Vec<String> = ten.iter().map(|t| s.balance(&tok, t)).collect();
+    assert_eq!(got, ["0.02", "0.02", "0.02", "0.02", "0.02", "0.02", "0.01", "0.01", "0.01", "0.01"]);
     assert_eq!(
-        got,
-        ["0.02", "0.02", "0.02", "0.02", "0.02", "0.02", "0.01", "0.01", "0.01", "0.01"]
-    );
-    assert_eq!(
-        s.get(&tok, "/compute_total_balance", &format!("uuid={main}"))
-            .ok()
-            .n("total_balance"),
+        s.get(&tok, "/compute_total_balance", &format!("uuid={main}")).ok().n("total_balance"),
         "0.16"
     );
 }

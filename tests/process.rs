@@ -27,18 +27,10 @@ fn spawn(dir: &std::path::Path) -> Proc {
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
-        let line = lines
-            .next()
-            .expect("pfm exited before listening")
-            .expect("read log");
+        let line = lines.next().expect("pfm exited before listening").expect("read log");
         if let Some(rest) = line.split("addr=").nth(1) {
             if line.contains("pfm listening") {
-                break rest
-                    .split_whitespace()
-                    .next()
-                    .expect("addr")
-                    .parse()
-                    .expect("socket addr");
+                break rest.split_whitespace().next().expect("addr").parse().expect("socket addr");
             }
         }
     };
@@ -48,14 +40,8 @@ fn spawn(dir: &std::path::Path) -> Proc {
 }
 
 fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
-    let b = if body.is_null() {
-        String::new()
-    } else {
-        body.to_string()
-    };
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
+    let b = if body.is_null() { String::new() } else { body.to_string() };
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
         b.len()
@@ -65,22 +51,12 @@ fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read");
     let (head, body) = out.split_once("\r\n\r\n").expect("response");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status");
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
 fn login(addr: SocketAddr) -> String {
-    let (st, v) = request(
-        addr,
-        "POST",
-        "/login",
-        None,
-        json!({"user_id": "proc", "password": "secret123"}),
-    );
+    let (st, v) = request(addr, "POST", "/login", None, json!({"user_id": "proc", "password": "secret123"}));
     assert_eq!(st, 200, "{v}");
     v["token"].as_str().expect("token").to_string()
 }
@@ -101,30 +77,16 @@ fn starts_without_configuration_and_stops_on_sigterm() {
     assert_eq!(st, 200, "{v}");
     let main = v["uuid"].as_str().unwrap().to_string();
     let tok = login(p.addr);
-    let (st, _) = request(
-        p.addr,
-        "POST",
-        "/deposit",
-        Some(&tok),
-        json!({"uuid": main, "amount": 10, "channel": "c"}),
-    );
+    let (st, _) =
+        request(p.addr, "POST", "/deposit", Some(&tok), json!({"uuid": main, "amount": 10, "channel": "c"}));
     assert_eq!(st, 200);
-    let ok = Command::new("kill")
-        .args(["-TERM", &p.child.id().to_string()])
-        .status()
-        .unwrap();
+    let ok = Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status().unwrap();
     assert!(ok.success());
     let status = p.child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
     // Same data directory, same generated secret: the old token still works.
     let mut p = spawn(dir.path());
-    let (st, v) = request(
-        p.addr,
-        "GET",
-        &format!("/get_balance?uuid={main}"),
-        Some(&tok),
-        Value::Null,
-    );
+    let (st, v) = request(p.addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!((st, v["balance"].to_string()), (200, "15".to_string()));
     p.child.kill().unwrap();
     let _ = p.child.wait();
@@ -134,13 +96,8 @@ fn starts_without_configuration_and_stops_on_sigterm() {
 fn acknowledged_writes_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let mut p = spawn(dir.path());
-    let (st, v) = request(
-        p.addr,
-        "POST",
-        "/register",
-        None,
-        json!({"user_id": "proc", "password": "secret123"}),
-    );
+    let (st, v) =
+        request(p.addr, "POST", "/register", None, json!({"user_id": "proc", "password": "secret123"}));
     assert_eq!(st, 200, "{v}");
     let main = v["uuid"].as_str().unwrap().to_string();
     let tok = login(p.addr);
@@ -157,21 +114,9 @@ fn acknowledged_writes_survive_kill_9() {
     p.child.kill().unwrap(); // SIGKILL: no shutdown path runs
     let _ = p.child.wait();
     let mut p = spawn(dir.path());
-    let (st, v) = request(
-        p.addr,
-        "GET",
-        &format!("/get_transactions?uuid={main}"),
-        Some(&tok),
-        Value::Null,
-    );
+    let (st, v) = request(p.addr, "GET", &format!("/get_transactions?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!((st, v["transaction_count"].to_string()), (200, "20".to_string()));
-    let (_, v) = request(
-        p.addr,
-        "GET",
-        &format!("/get_balance?uuid={main}"),
-        Some(&tok),
-        Value::Null,
-    );
+    let (_, v) = request(p.addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!(v["balance"].to_string(), "25");
     p.child.kill().unwrap();
     let _ = p.child.wait();

@@ -46,47 +46,15 @@ proptest! {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Add {
-        parent: usize,
-        alloc: i64,
-        priority: i64,
-        fixed: i64,
-        bill: bool,
-        due_days: i64,
-        freq: u32,
-    },
-    Deposit {
-        acc: usize,
-        amount: i64,
-        user: bool,
-    },
-    Withdraw {
-        acc: usize,
-        amount: i64,
-    },
-    Distribute {
-        acc: usize,
-        amount: i64,
-    },
-    Transfer {
-        from: usize,
-        to: usize,
-        amount: i64,
-    },
-    SetAlloc {
-        acc: usize,
-        alloc: i64,
-    },
-    Status {
-        acc: usize,
-        status: usize,
-    },
-    Delete {
-        acc: usize,
-    },
-    Time {
-        days: i64,
-    },
+    Add { parent: usize, alloc: i64, priority: i64, fixed: i64, bill: bool, due_days: i64, freq: u32 },
+    Deposit { acc: usize, amount: i64, user: bool },
+    Withdraw { acc: usize, amount: i64 },
+    Distribute { acc: usize, amount: i64 },
+    Transfer { from: usize, to: usize, amount: i64 },
+    SetAlloc { acc: usize, alloc: i64 },
+    Status { acc: usize, status: usize },
+    Delete { acc: usize },
+    Time { days: i64 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -124,15 +92,7 @@ impl Model {
         let mut ctx = Ctx::new(&mut work, now);
         let res: Result<Vec<AccountId>, OpError> = (|| {
             match op.clone() {
-                Op::Add {
-                    parent,
-                    alloc,
-                    priority,
-                    fixed,
-                    bill,
-                    due_days,
-                    freq,
-                } => {
+                Op::Add { parent, alloc, priority, fixed, bill, due_days, freq } => {
                     let p = self.pick(parent);
                     let pa = ctx.acc(p)?;
                     if ctx.tree.depth(p) + 1 > MAX_DEPTH
@@ -142,11 +102,7 @@ impl Model {
                     {
                         return Ok(vec![]);
                     }
-                    let kind = if pa.kind == Kind::Main {
-                        Kind::Child
-                    } else {
-                        Kind::Grandchild
-                    };
+                    let kind = if pa.kind == Kind::Main { Kind::Child } else { Kind::Grandchild };
                     let grand = (kind == Kind::Grandchild).then(|| Grand {
                         due_date: Some(now + due_days * 86_400),
                         fixed_amount: fixed,
@@ -160,11 +116,7 @@ impl Model {
                         Account::new(self.next_id, format!("A{}", self.next_id), kind, Some(p), grand);
                     acc.allocation = alloc;
                     acc.priority = priority * 1_000_000;
-                    acc.status = if alloc == 0 {
-                        "inactive".into()
-                    } else {
-                        "active".into()
-                    };
+                    acc.status = if alloc == 0 { "inactive".into() } else { "active".into() };
                     ctx.attach(acc)?;
                 }
                 Op::Deposit { acc, amount, user } => {

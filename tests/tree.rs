@@ -9,33 +9,18 @@ use serde_json::json;
 fn add_sub_account_kinds_and_duplicates() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
-    let r = s.post(
-        &tok,
-        "/add_sub_account",
-        json!({"parent_uuid": main, "name": "Needs", "allocation": 0.4}),
-    );
+    let r =
+        s.post(&tok, "/add_sub_account", json!({"parent_uuid": main, "name": "Needs", "allocation": 0.4}));
     r.ok();
     assert_eq!(
         (r.s("child_type"), r.n("allocation"), r.s("message")),
-        (
-            "ChildAccount".into(),
-            "0.4".into(),
-            "Needs added under Main".into()
-        )
+        ("ChildAccount".into(), "0.4".into(), "Needs added under Main".into())
     );
     let needs = r.s("uuid");
-    s.post(
-        &tok,
-        "/add_sub_account",
-        json!({"parent_uuid": main, "name": "Needs", "allocation": 0.1}),
-    )
-    .fails(400, "Account name already exists under this parent");
-    s.post(
-        &tok,
-        "/add_sub_account",
-        json!({"parent_uuid": main, "name": "Other", "allocation": 1.2}),
-    )
-    .fails(400, "Invalid allocation: must be a number between 0 and 1");
+    s.post(&tok, "/add_sub_account", json!({"parent_uuid": main, "name": "Needs", "allocation": 0.1}))
+        .fails(400, "Account name already exists under this parent");
+    s.post(&tok, "/add_sub_account", json!({"parent_uuid": main, "name": "Other", "allocation": 1.2}))
+        .fails(400, "Invalid allocation: must be a number between 0 and 1");
     let r = s.post(
         &tok,
         "/add_sub_account",
@@ -87,10 +72,8 @@ fn add_sub_account_error_rows() {
     s.post(&t, "/add_sub_account", json!({"parent_uuid": main, "name": "x"}))
         .fails(404, "User not found or unauthorized access");
     a(json!({"parent_uuid": main, "name": "A", "allocation": 0.6})).ok();
-    a(json!({"parent_uuid": main, "name": "B", "allocation": 0.5})).fails(
-        400,
-        "Child account not added: Total allocation exceeds 100%. Please adjust the allocations.",
-    );
+    a(json!({"parent_uuid": main, "name": "B", "allocation": 0.5}))
+        .fails(400, "Child account not added: Total allocation exceeds 100%. Please adjust the allocations.");
     // Integral forms of freq are accepted.
     a(json!({"parent_uuid": main, "name": "C", "freq": "3e1"})).ok();
 }
@@ -102,26 +85,15 @@ fn allocation_sums_are_exact() {
     for (n, a) in [("A", "0.1"), ("B", "0.2"), ("C", "0.7")] {
         s.child(&tok, &main, n, json!({"allocation": a}));
     }
-    s.post(
-        &tok,
-        "/add_sub_account",
-        json!({"parent_uuid": main, "name": "D", "allocation": "0.000001"}),
-    )
-    .fails(
-        400,
-        "Child account not added: Total allocation exceeds 100%. Please adjust the allocations.",
-    );
+    s.post(&tok, "/add_sub_account", json!({"parent_uuid": main, "name": "D", "allocation": "0.000001"}))
+        .fails(400, "Child account not added: Total allocation exceeds 100%. Please adjust the allocations.");
 }
 
 #[test]
 fn status_defaults_and_zero_allocation() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
-    let st = |u: &str| {
-        s.get(&tok, "/get_account_status", &format!("uuid={u}"))
-            .ok()
-            .s("account_status")
-    };
+    let st = |u: &str| s.status(&tok, &u);
     let a = s.child(&tok, &main, "A", json!({"allocation": 0.1}));
     let b = s.child(&tok, &main, "B", json!({"allocation": 0.1, "status": "CLOSED"}));
     let c = s.child(&tok, &main, "C", json!({"allocation": 0.1, "status": "frozen"}));
@@ -141,12 +113,8 @@ fn depth_limit() {
     for depth in 1..=8 {
         parent = s.child(&tok, &parent, &format!("L{depth}"), json!({"allocation": 1}));
     }
-    s.post(
-        &tok,
-        "/add_sub_account",
-        json!({"parent_uuid": parent, "name": "L9"}),
-    )
-    .fails(400, "Maximum account depth exceeded");
+    s.post(&tok, "/add_sub_account", json!({"parent_uuid": parent, "name": "L9"}))
+        .fails(400, "Maximum account depth exceeded");
 }
 
 #[test]
@@ -156,12 +124,8 @@ fn children_per_parent_limit() {
     for i in 0..100 {
         s.child(&tok, &main, &format!("C{i}"), json!({}));
     }
-    s.post(
-        &tok,
-        "/add_sub_account",
-        json!({"parent_uuid": main, "name": "C100"}),
-    )
-    .fails(400, "Too many child accounts under this parent");
+    s.post(&tok, "/add_sub_account", json!({"parent_uuid": main, "name": "C100"}))
+        .fails(400, "Too many child accounts under this parent");
 }
 
 #[test]
@@ -180,10 +144,8 @@ fn set_child_allocation_rows_and_effects() {
         .fails(404, "Parent account not found");
     p(json!({"parent_uuid": main, "child_name": "goals", "allocation": 0.1}))
         .fails(404, "Child account not found under parent");
-    p(json!({"parent_uuid": main, "child_name": "Goals", "allocation": 0.71})).fails(
-        400,
-        "Allocation not set: Total allocation exceeds 100%. Please adjust the allocations.",
-    );
+    p(json!({"parent_uuid": main, "child_name": "Goals", "allocation": 0.71}))
+        .fails(400, "Allocation not set: Total allocation exceeds 100%. Please adjust the allocations.");
     let r = p(json!({"parent_uuid": main, "child_name": "Goals", "allocation": 0.7}));
     r.ok();
     assert_eq!(
@@ -191,33 +153,13 @@ fn set_child_allocation_rows_and_effects() {
         ("Allocation for Goals updated to 0.7".into(), "1".into())
     );
     p(json!({"parent_uuid": main, "child_name": "Goals", "allocation": 0})).ok();
-    assert_eq!(
-        s.get(&tok, "/get_account_status", &format!("uuid={goals}"))
-            .ok()
-            .s("account_status"),
-        "inactive"
-    );
+    assert_eq!(s.status(&tok, &goals), "inactive");
     // A non-zero allocation does not reactivate; a closed account stays closed at 0.
     p(json!({"parent_uuid": main, "child_name": "Goals", "allocation": 0.2})).ok();
-    assert_eq!(
-        s.get(&tok, "/get_account_status", &format!("uuid={goals}"))
-            .ok()
-            .s("account_status"),
-        "inactive"
-    );
-    s.post(
-        &tok,
-        "/change_account_status",
-        json!({"uuid": goals, "status": "closed"}),
-    )
-    .ok();
+    assert_eq!(s.status(&tok, &goals), "inactive");
+    s.post(&tok, "/change_account_status", json!({"uuid": goals, "status": "closed"})).ok();
     p(json!({"parent_uuid": main, "child_name": "Goals", "allocation": 0})).ok();
-    assert_eq!(
-        s.get(&tok, "/get_account_status", &format!("uuid={goals}"))
-            .ok()
-            .s("account_status"),
-        "closed"
-    );
+    assert_eq!(s.status(&tok, &goals), "closed");
 }
 
 #[test]
@@ -235,18 +177,14 @@ fn delete_sub_account_refunds_parent_then_main_removes_user() {
         common::Body::None,
     );
     r.ok();
-    assert_eq!(
-        r.s("message"),
-        format!("Account with UUID '{needs}' deleted successfully.")
-    );
+    assert_eq!(r.s("message"), format!("Account with UUID '{needs}' deleted successfully."));
     assert_eq!(s.balance(&tok, &main), "120");
     let last = s.txs(&tok, &main).last().cloned().unwrap();
     assert_eq!(
         (last["Channel"].clone(), last["By"].clone()),
         (json!("Returned from deleted account Needs"), json!("System"))
     );
-    s.get(&tok, "/get_balance", &format!("uuid={rent}"))
-        .fails(403, "Account not found or unauthorized");
+    s.get(&tok, "/get_balance", &format!("uuid={rent}")).fails(403, "Account not found or unauthorized");
     // Allocation total is current again: a full 1.0 child fits.
     s.child(&tok, &main, "All", json!({"allocation": 1}));
     let del = |u: &str| {
@@ -262,14 +200,8 @@ fn delete_sub_account_refunds_parent_then_main_removes_user() {
     r.ok();
     assert_eq!(r.s("message"), "Account for user_id 'u1' deleted successfully.");
     del(&main).fails(404, "Account for user_id 'u1' does not exist.");
-    s.get(&tok, "/get_balance", &format!("uuid={main}"))
-        .fails(404, "User not found or unauthorized access");
-    let r = s.raw(
-        "DELETE",
-        "/delete",
-        &[("Authorization", &format!("Bearer {tok}"))],
-        common::Body::None,
-    );
+    s.get(&tok, "/get_balance", &format!("uuid={main}")).fails(404, "User not found or unauthorized access");
+    let r = s.raw("DELETE", "/delete", &[("Authorization", &format!("Bearer {tok}"))], common::Body::None);
     r.fails(400, "Account UUID is required");
     // The id can register again.
     s.user("u1", "5");
@@ -284,37 +216,21 @@ fn listing_and_finding_orders() {
     let food = s.child(&tok, &needs, "Food", json!({"allocation": 0.5}));
     s.child(&tok, &main, "Savings", json!({"allocation": 0.5}));
     let r = s.get(&tok, "/list_all_accounts", &format!("uuid={food}"));
-    assert_eq!(
-        r.ok().json["account_names"],
-        json!(["Food", "Needs", "Rent", "Main", "Savings"])
-    );
+    assert_eq!(r.ok().json["account_names"], json!(["Food", "Needs", "Rent", "Main", "Savings"]));
     assert_eq!(r.n("total_accounts"), "5");
     let r = s.get(&tok, "/list_all_accounts", &format!("uuid={main}"));
-    assert_eq!(
-        r.ok().json["account_names"],
-        json!(["Main", "Needs", "Rent", "Food", "Savings"])
-    );
+    assert_eq!(r.ok().json["account_names"], json!(["Main", "Needs", "Rent", "Food", "Savings"]));
     let r = s.get(&tok, "/list_child_accounts", &format!("uuid={needs}"));
     r.ok();
     assert_eq!(
-        (
-            r.s("account_name"),
-            r.json["child_account_names"].clone(),
-            r.n("child_count")
-        ),
+        (r.s("account_name"), r.json["child_account_names"].clone(), r.n("child_count")),
         ("Needs".into(), json!(["Rent", "Food"]), "2".into())
     );
     let r = s.get(&tok, "/list_child_accounts", &format!("uuid={food}"));
-    assert_eq!(
-        (r.ok().json["child_account_names"].clone(), r.n("child_count")),
-        (json!([]), "0".into())
-    );
-    s.get(&tok, "/list_child_accounts", "")
-        .fails(400, "uuid is required");
-    s.get(&tok, "/list_child_accounts", "uuid=accx")
-        .fails(403, "Parent account not found or unauthorized");
-    s.get(&tok, "/list_all_accounts", "uuid=accx")
-        .fails(403, "Account not found or unauthorized");
+    assert_eq!((r.ok().json["child_account_names"].clone(), r.n("child_count")), (json!([]), "0".into()));
+    s.get(&tok, "/list_child_accounts", "").fails(400, "uuid is required");
+    s.get(&tok, "/list_child_accounts", "uuid=accx").fails(403, "Parent account not found or unauthorized");
+    s.get(&tok, "/list_all_accounts", "uuid=accx").fails(403, "Account not found or unauthorized");
     let r = s.get(&tok, "/find_account_by_name", "name=Rent");
     r.ok();
     assert_eq!(r.n("total_matches"), "1");
@@ -323,12 +239,8 @@ fn listing_and_finding_orders() {
         json!("main_account$child_accounts$`Needs`$child_accounts$`Rent`")
     );
     let r = s.get(&tok, "/find_account_by_name", "name=Nothing");
-    assert_eq!(
-        (r.ok().json["matches"].clone(), r.n("total_matches")),
-        (json!([]), "0".into())
-    );
-    s.get(&tok, "/find_account_by_name", "")
-        .fails(400, "name is required");
+    assert_eq!((r.ok().json["matches"].clone(), r.n("total_matches")), (json!([]), "0".into()));
+    s.get(&tok, "/find_account_by_name", "").fails(400, "name is required");
     let r = s.get(&tok, "/find_account_by_uuid", &format!("uuid={main}"));
     r.ok();
     assert_eq!(
@@ -339,23 +251,15 @@ fn listing_and_finding_orders() {
             r.json["allocation"].clone(),
             r.json["amount_due"].clone()
         ),
-        (
-            "MainAccount".into(),
-            "main_account".into(),
-            json!(null),
-            json!(null),
-            json!(null)
-        )
+        ("MainAccount".into(), "main_account".into(), json!(null), json!(null), json!(null))
     );
     let r = s.get(&tok, "/find_account_by_uuid", &format!("uuid={food}"));
     assert_eq!(
         (r.ok().s("parent_uuid"), r.n("allocation"), r.s("type")),
         (needs.clone(), "0.5".into(), "GrandchildAccount".into())
     );
-    s.get(&tok, "/find_account_by_uuid", "")
-        .fails(400, "UUID is required");
-    s.get(&tok, "/find_account_by_uuid", "uuid=accx")
-        .fails(403, "Account not found or unauthorized");
+    s.get(&tok, "/find_account_by_uuid", "").fails(400, "UUID is required");
+    s.get(&tok, "/find_account_by_uuid", "uuid=accx").fails(403, "Account not found or unauthorized");
 }
 
 #[test]
@@ -427,12 +331,8 @@ fn accounts_per_tree_limit() {
             count += 1;
         }
     }
-    s.post(
-        &tok,
-        "/add_sub_account",
-        json!({"parent_uuid": main, "name": "One more"}),
-    )
-    .fails(400, "Too many accounts in this tree");
+    s.post(&tok, "/add_sub_account", json!({"parent_uuid": main, "name": "One more"}))
+        .fails(400, "Too many accounts in this tree");
     let r = s.get(&tok, "/list_all_accounts", &format!("uuid={main}"));
     assert_eq!(r.ok().n("total_accounts"), "1000");
 }

@@ -43,9 +43,7 @@ fn day_range(p: &Params, from: &str, to: &str, today: i64, strict: bool) -> Resu
 pub async fn get_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "uuid is required")?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || {
-        rq.role_not_found("Account not found or unauthorized")
-    })?;
+    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     Ok(Obj::new().str("uuid", &uuid).money("balance", a.balance.into()))
 }
 
@@ -77,33 +75,22 @@ fn log_json(
 pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "uuid is required")?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || {
-        rq.role_not_found("Account not found or unauthorized")
-    })?;
+    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     let (n, logs) = log_json(app.users.store.as_ref(), st.user.user_no, &st.tree, a.uuid)?;
-    Ok(Obj::new()
-        .str("uuid", &uuid)
-        .int("transaction_count", n as i128)
-        .raw("transactions", &logs))
+    Ok(Obj::new().str("uuid", &uuid).int("transaction_count", n as i128).raw("transactions", &logs))
 }
 
 pub async fn total_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "UUID is required")?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || {
-        rq.role_not_found("Account not found or unauthorized")
-    })?;
-    Ok(Obj::new()
-        .str("uuid", &uuid)
-        .money("total_balance", a.sub_balance))
+    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    Ok(Obj::new().str("uuid", &uuid).money("total_balance", a.sub_balance))
 }
 
 pub async fn total_due(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "UUID is required")?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || {
-        rq.role_not_found("Account not found or unauthorized")
-    })?;
+    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     Ok(Obj::new().str("uuid", &uuid).money("total_due", a.sub_due))
 }
 
@@ -137,10 +124,7 @@ pub async fn due_within_days(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || ApiError::new(404, "Account not found"))?;
     let due = st.tree.due_within(a.uuid, rq.now(), days);
-    Ok(Obj::new()
-        .str("uuid", &uuid)
-        .money("total_due", due)
-        .num("within_days", &fmt_scaled(days, 6)))
+    Ok(Obj::new().str("uuid", &uuid).money("total_due", due).num("within_days", &fmt_scaled(days, 6)))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -165,10 +149,7 @@ pub async fn range_query(app: &App, rq: &Rq, q: RangeQ) -> Result<Obj, ApiError>
         }
     };
     let f = range_figures(&st.tree, a.uuid, from, to);
-    let o = Obj::new()
-        .str("uuid", &uuid)
-        .str("from", &fmt_day(from))
-        .str("to", &fmt_day(to));
+    let o = Obj::new().str("uuid", &uuid).str("from", &fmt_day(from)).str("to", &fmt_day(to));
     Ok(match q {
         RangeQ::Spending => o.money("total_spending", f.spending),
         RangeQ::Income => o.money("total_income", f.income),
@@ -222,16 +203,11 @@ impl TreeQuery<'_> {
     /// NODE(X, n, R, with_series) of SPEC 10.18.
     fn node(&self, id: AccountId, with_series: bool) -> Result<String, ApiError> {
         let t = self.tree;
-        let a = t
-            .get(id)
-            .ok_or_else(|| ApiError::Internal("dangling child".into()))?;
+        let a = t.get(id).ok_or_else(|| ApiError::Internal("dangling child".into()))?;
         let (_, logs) = log_json(self.store, self.user_no, t, id)?;
         let mut children = Obj::new();
         for c in a.children.iter().filter_map(|c| t.get(*c)) {
-            children = children.obj(
-                &c.name,
-                Obj::new().str("name", &c.name).str("uuid", &fmt_uuid(c.uuid)),
-            );
+            children = children.obj(&c.name, Obj::new().str("name", &c.name).str("uuid", &fmt_uuid(c.uuid)));
         }
         let (cur, prev) = (
             range_figures(t, id, self.range.0, self.range.1),
@@ -246,40 +222,19 @@ impl TreeQuery<'_> {
             .obj("child_accounts_list", children)
             .money("total_balance", a.sub_balance)
             .money("total_due", a.sub_due)
-            .money(
-                "compute_total_due_within_n_days",
-                t.due_within(id, self.now, self.n_micro),
-            )
+            .money("compute_total_due_within_n_days", t.due_within(id, self.now, self.n_micro))
             .money("spending", cur.spending)
             .money("previous_spending", prev.spending)
             .money("total_income", cur.income)
             .money("previous_total_income", prev.income)
             .money("allocated_amount", cur.allocated)
             .money("previous_allocated_amount", prev.allocated)
-            .num(
-                "income_utilization",
-                &utilization_text(cur.spending, cur.allocated),
-            )
-            .num(
-                "previous_income_utilization",
-                &utilization_text(prev.spending, prev.allocated),
-            )
-            .money(
-                "walking_amount_due",
-                t.walking(id, true, self.range.0, self.range.1),
-            )
-            .money(
-                "previous_walking_amount_due",
-                t.walking(id, true, self.prev.0, self.prev.1),
-            )
-            .money(
-                "walking_balance",
-                t.walking(id, false, self.range.0, self.range.1),
-            )
-            .money(
-                "previous_walking_balance",
-                t.walking(id, false, self.prev.0, self.prev.1),
-            );
+            .num("income_utilization", &utilization_text(cur.spending, cur.allocated))
+            .num("previous_income_utilization", &utilization_text(prev.spending, prev.allocated))
+            .money("walking_amount_due", t.walking(id, true, self.range.0, self.range.1))
+            .money("previous_walking_amount_due", t.walking(id, true, self.prev.0, self.prev.1))
+            .money("walking_balance", t.walking(id, false, self.range.0, self.range.1))
+            .money("previous_walking_balance", t.walking(id, false, self.prev.0, self.prev.1));
         if a.is_child_kind() {
             let parent = a.parent.and_then(|p| t.get(p));
             o = o
@@ -373,7 +328,5 @@ pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         prev: (from - len, from - 1),
     };
     let node = q.node(id, series)?;
-    Ok(Obj::new()
-        .str("uuid", &uuid.unwrap_or_else(|| fmt_uuid(id)))
-        .raw("minimal_tree", &node))
+    Ok(Obj::new().str("uuid", &uuid.unwrap_or_else(|| fmt_uuid(id))).raw("minimal_tree", &node))
 }

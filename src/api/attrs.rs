@@ -25,10 +25,7 @@ fn not_found() -> ApiError {
 
 /// A grandchild's fields, or 403 with the endpoint's kind error.
 fn grand<'a>(a: &'a Account, kind_error: &str) -> Result<&'a Grand, ApiError> {
-    a.grand
-        .as_ref()
-        .filter(|_| a.kind == Kind::Grandchild)
-        .ok_or_else(|| ApiError::new(403, kind_error))
+    a.grand.as_ref().filter(|_| a.kind == Kind::Grandchild).ok_or_else(|| ApiError::new(403, kind_error))
 }
 
 /// Finds a grandchild-kind account for a setter and returns its id.
@@ -99,13 +96,8 @@ pub async fn get_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn set_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let uuid = p.req_str("uuid", "UUID is required")?;
-    let d = number(
-        p,
-        "priority",
-        Some("Priority is required"),
-        "Priority must be numeric",
-    )?
-    .ok_or_else(|| ApiError::bad("Priority is required"))?;
+    let d = number(p, "priority", Some("Priority is required"), "Priority must be numeric")?
+        .ok_or_else(|| ApiError::bad("Priority is required"))?;
     if d.is_negative() {
         return Err(ApiError::bad("Priority must be positive"));
     }
@@ -139,14 +131,9 @@ pub async fn get_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, not_found)?;
     if !a.is_child_kind() {
-        return Err(ApiError::new(
-            403,
-            "Priority only available for child or grandchild accounts",
-        ));
+        return Err(ApiError::new(403, "Priority only available for child or grandchild accounts"));
     }
-    Ok(Obj::new()
-        .str("uuid", &uuid)
-        .num("priority", &fmt_scaled(a.priority.into(), 6)))
+    Ok(Obj::new().str("uuid", &uuid).num("priority", &fmt_scaled(a.priority.into(), 6)))
 }
 
 pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -187,12 +174,9 @@ async fn get_grand_attr(
 }
 
 pub async fn get_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(
-        app,
-        rq,
-        "Due date only applicable to grandchild accounts",
-        |o, g| o.opt_str("due_date", g.due_date.map(fmt_due).as_deref()),
-    )
+    get_grand_attr(app, rq, "Due date only applicable to grandchild accounts", |o, g| {
+        o.opt_str("due_date", g.due_date.map(fmt_due).as_deref())
+    })
     .await
 }
 
@@ -211,20 +195,14 @@ pub async fn set_fixed_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         grand_mut(ctx, id)?.fixed_amount = fixed;
         let due = recompute_due(ctx, id)?;
         Ok(Done::from(
-            Obj::new()
-                .str("uuid", &uuid)
-                .money("fixed_amount", fixed.into())
-                .money("amount_due", due.into()),
+            Obj::new().str("uuid", &uuid).money("fixed_amount", fixed.into()).money("amount_due", due.into()),
         ))
     })
     .await
 }
 
 pub async fn get_fixed_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| {
-        o.money("fixed_amount", g.fixed_amount.into())
-    })
-    .await
+    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| o.money("fixed_amount", g.fixed_amount.into())).await
 }
 
 pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -246,10 +224,7 @@ pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 pub async fn get_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| {
-        o.str("account_type", &g.account_type)
-    })
-    .await
+    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| o.str("account_type", &g.account_type)).await
 }
 
 pub async fn set_freq(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -306,8 +281,5 @@ pub async fn set_periods(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 pub async fn get_periods(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| {
-        o.num("periods", &g.periods.display())
-    })
-    .await
+    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| o.num("periods", &g.periods.display())).await
 }

@@ -17,9 +17,7 @@ use crate::store::users::{registration_writes, UserState};
 use crate::store::UserRecord;
 
 fn valid_user_id(s: &str) -> bool {
-    (1..=128).contains(&s.len())
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    (1..=128).contains(&s.len()) && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
 pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -69,9 +67,7 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let state = UserState { user, tree };
     let writes = registration_writes(&state)?;
     guard.commit(writes, Some(Arc::new(state))).await?;
-    Ok(Obj::new()
-        .str("user_id", &user_id)
-        .str("uuid", &crate::domain::tree::fmt_uuid(root)))
+    Ok(Obj::new().str("user_id", &user_id).str("uuid", &crate::domain::tree::fmt_uuid(root)))
 }
 
 pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -86,11 +82,7 @@ pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     }
     let record = app.users.store.get_user(&user_id)?;
     let hash = record.as_ref().and_then(|r| r.password_hash.clone());
-    let ok = app
-        .passwords
-        .verify(password, hash)
-        .await
-        .map_err(ApiError::Internal)?;
+    let ok = app.passwords.verify(password, hash).await.map_err(ApiError::Internal)?;
     let Some(record) = record.filter(|_| ok) else {
         return Err(match app.login_backoff.fail(&user_id, t) {
             Failure::Wait(msg, secs) => ApiError::TooMany(msg, secs),
@@ -132,16 +124,8 @@ fn numeric_date(v: PVal) -> Result<Option<i64>, ApiError> {
         if d.is_negative() {
             return Err(bad());
         }
-        let whole = d
-            .scaled(0)
-            .trunc
-            .and_then(|v| i64::try_from(v).ok())
-            .ok_or_else(bad)?;
-        let secs = if d.abs_gt(1_000_000, 0) {
-            whole
-        } else {
-            whole.checked_mul(86_400).ok_or_else(bad)?
-        };
+        let whole = d.scaled(0).trunc.and_then(|v| i64::try_from(v).ok()).ok_or_else(bad)?;
+        let secs = if d.abs_gt(1_000_000, 0) { whole } else { whole.checked_mul(86_400).ok_or_else(bad)? };
         return Ok(Some(secs));
     }
     parse_date(trimmed).map(Some).ok_or_else(bad)
@@ -183,10 +167,7 @@ pub fn generate_token(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             c.insert(k.into(), Value::String(v));
         }
     }
-    c.insert(
-        "token_type".into(),
-        Value::String(if session { "session" } else { "expiry" }.into()),
-    );
+    c.insert("token_type".into(), Value::String(if session { "session" } else { "expiry" }.into()));
     if let (true, Some(sid)) = (session, session_id) {
         c.insert("session_id".into(), Value::String(sid));
     }

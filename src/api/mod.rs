@@ -34,9 +34,7 @@ impl Rq {
         self.now_us.div_euclid(1_000_000)
     }
     fn ident(&self) -> Result<&Identity, ApiError> {
-        self.ident
-            .as_ref()
-            .ok_or_else(|| ApiError::Internal("protected endpoint without identity".into()))
+        self.ident.as_ref().ok_or_else(|| ApiError::Internal("protected endpoint without identity".into()))
     }
     fn user_id(&self) -> Result<&str, ApiError> {
         self.ident().map(|i| i.user_id.as_str())
@@ -138,10 +136,7 @@ pub struct Done {
 
 impl From<Obj> for Done {
     fn from(fields: Obj) -> Self {
-        Done {
-            fields,
-            removed: Vec::new(),
-        }
+        Done { fields, removed: Vec::new() }
     }
 }
 
@@ -183,14 +178,11 @@ fn number(p: &Params, name: &str, required: Option<&str>, invalid: &str) -> Resu
 /// A whole number in `[min, max]`, else `invalid`.
 fn integral(d: &Dec, min: i64, max: i64, invalid: &str) -> Result<i64, ApiError> {
     let v = if d.is_integral() && !d.abs_gt(i128::from(max.max(min.abs())), 0) {
-        d.rounded_abs(0)
-            .and_then(|v| i64::try_from(v).ok())
-            .map(|v| if d.is_negative() { -v } else { v })
+        d.rounded_abs(0).and_then(|v| i64::try_from(v).ok()).map(|v| if d.is_negative() { -v } else { v })
     } else {
         None
     };
-    v.filter(|v| (min..=max).contains(v))
-        .ok_or_else(|| ApiError::bad(invalid))
+    v.filter(|v| (min..=max).contains(v)).ok_or_else(|| ApiError::bad(invalid))
 }
 
 /// A value in `[0, max]` (millionths) rounded to 6 decimals; the range check is exact.
@@ -198,7 +190,5 @@ fn millionths(d: &Dec, max_millionths: i128, invalid: &str) -> Result<i64, ApiEr
     if d.is_negative() || d.abs_gt(max_millionths, 6) {
         return Err(ApiError::bad(invalid));
     }
-    d.rounded_abs(6)
-        .and_then(|v| i64::try_from(v).ok())
-        .ok_or_else(|| ApiError::bad(invalid))
+    d.rounded_abs(6).and_then(|v| i64::try_from(v).ok()).ok_or_else(|| ApiError::bad(invalid))
 }

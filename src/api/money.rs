@@ -26,13 +26,7 @@ fn positive_amount(
 
 /// The `amount` of /deposit and /distribute (same texts in both tables).
 fn deposit_amount(p: &Params) -> Result<i64, ApiError> {
-    positive_amount(
-        p,
-        "amount",
-        "amount is required",
-        "amount must be numeric",
-        "amount must be > 0",
-    )
+    positive_amount(p, "amount", "amount is required", "amount must be numeric", "amount must be > 0")
 }
 
 fn insufficient(prefix: &str, balance: i64) -> ApiError {
@@ -67,13 +61,7 @@ fn posting(p: &Params, uuid: String, now: i64) -> Result<Posting, ApiError> {
     check_len("initiated_by", by.as_deref(), 64)?;
     check_len("transaction_number", txn.as_deref(), 128)?;
     let date = transaction_date(p, now)?;
-    Ok(Posting {
-        uuid,
-        channel,
-        txn,
-        by: by.unwrap_or_else(|| "User".into()),
-        date,
-    })
+    Ok(Posting { uuid, channel, txn, by: by.unwrap_or_else(|| "User".into()), date })
 }
 
 pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -83,9 +71,7 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let post = posting(p, uuid, rq.now())?;
     let store = app.users.store.clone();
     mutate(app, rq, |ctx, cur| {
-        let acc = find(ctx.tree, &post.uuid, || {
-            rq.role_not_found("Account not found or unauthorized")
-        })?;
+        let acc = find(ctx.tree, &post.uuid, || rq.role_not_found("Account not found or unauthorized"))?;
         let x = acc.uuid;
         if x == ctx.tree.root {
             if let Some(id) = &post.txn {
@@ -97,16 +83,8 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
                 }
             }
         }
-        ctx.deposit(
-            x,
-            amount,
-            post.txn.as_deref(),
-            &post.by,
-            &post.channel,
-            post.date,
-            Mode::External,
-        )
-        .map_err(op_err("Deposit not allowed. Account is not active."))?;
+        ctx.deposit(x, amount, post.txn.as_deref(), &post.by, &post.channel, post.date, Mode::External)
+            .map_err(op_err("Deposit not allowed. Account is not active."))?;
         ctx.tree.ledger.deposits += i128::from(amount);
         let balance = ctx.acc(x).map_err(engine_err)?.balance;
         Ok(Done::from(
@@ -131,9 +109,7 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     )?;
     let post = posting(p, uuid, rq.now())?;
     mutate(app, rq, |ctx, _| {
-        let acc = find(ctx.tree, &post.uuid, || {
-            rq.role_not_found("Account not found or unauthorized")
-        })?;
+        let acc = find(ctx.tree, &post.uuid, || rq.role_not_found("Account not found or unauthorized"))?;
         let x = acc.uuid;
         if amount > acc.balance {
             return Err(insufficient("Failed: ", acc.balance));
@@ -142,11 +118,7 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             .map_err(engine_err)?;
         ctx.tree.ledger.withdrawals += i128::from(amount);
         let balance = ctx.acc(x).map_err(engine_err)?.balance;
-        Ok(Done::from(
-            Obj::new()
-                .str("account_uuid", &post.uuid)
-                .money("balance", balance.into()),
-        ))
+        Ok(Done::from(Obj::new().str("account_uuid", &post.uuid).money("balance", balance.into())))
     })
     .await
 }
@@ -161,9 +133,7 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     check_len("initiated_by", by.as_deref(), 64)?;
     let by = by.unwrap_or_else(|| "System".into());
     mutate(app, rq, |ctx, _| {
-        let acc = find(ctx.tree, &uuid, || {
-            rq.role_not_found("Account not found or unauthorized")
-        })?;
+        let acc = find(ctx.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
         let x = acc.uuid;
         if amount > acc.balance {
             return Err(insufficient("Distribution failed: ", acc.balance));
@@ -173,15 +143,9 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         ctx.rollover_children(x).map_err(internal)?;
         let active = ctx.active_children(x).map_err(internal)?;
         if active.is_empty() {
-            return Err(ApiError::bad(
-                "Distribution failed: No active child accounts available.",
-            ));
+            return Err(ApiError::bad("Distribution failed: No active child accounts available."));
         }
-        let weight: i64 = active
-            .iter()
-            .filter_map(|c| ctx.tree.get(*c))
-            .map(|c| c.allocation)
-            .sum();
+        let weight: i64 = active.iter().filter_map(|c| ctx.tree.get(*c)).map(|c| c.allocation).sum();
         if amount >= 10 && weight == 0 {
             return Err(ApiError::bad(
                 "Distribution failed: No active child accounts with a positive allocation.",
@@ -215,22 +179,14 @@ pub async fn move_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let src = find(ctx.tree, &from, || ApiError::new(404, "Source account not found"))?;
         let dst = find(ctx.tree, &to, || ApiError::new(404, "Target account not found"))?;
         if src.uuid == dst.uuid {
-            return Err(ApiError::bad(
-                "Failed: Source and destination accounts must differ",
-            ));
+            return Err(ApiError::bad("Failed: Source and destination accounts must differ"));
         }
         if amount > src.balance {
             return Err(insufficient("Failed: ", src.balance));
         }
-        let message = format!(
-            "Moved {} from {} to {}",
-            fmt_money(amount.into()),
-            src.name,
-            dst.name
-        );
+        let message = format!("Moved {} from {} to {}", fmt_money(amount.into()), src.name, dst.name);
         let (s, d) = (src.uuid, dst.uuid);
-        ctx.transfer(s, d, amount)
-            .map_err(op_err("Failed: Deposit not allowed. Account is not active."))?;
+        ctx.transfer(s, d, amount).map_err(op_err("Failed: Deposit not allowed. Account is not active."))?;
         Ok(Done::from(
             Obj::new()
                 .str("message", &message)

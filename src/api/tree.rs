@@ -48,9 +48,8 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         Some(d) => money_cents("fixed_amount", &d)?,
     };
     let bad_freq = "Invalid frequency: must be a non-negative integer";
-    let freq = number(p, "freq", None, bad_freq)?
-        .map(|d| integral(&d, 0, FREQ_MAX_DAYS, bad_freq))
-        .transpose()?;
+    let freq =
+        number(p, "freq", None, bad_freq)?.map(|d| integral(&d, 0, FREQ_MAX_DAYS, bad_freq)).transpose()?;
     let due = match p.str("due_date")? {
         None => None,
         Some(s) => {
@@ -68,16 +67,9 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         status.map_or_else(|| "active".into(), |s| normalise_status(&s))
     };
     mutate(app, rq, |ctx, _| {
-        let parent = find(ctx.tree, &parent_uuid, || {
-            ApiError::new(404, "Parent account not found")
-        })?;
+        let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
         let pid = parent.uuid;
-        if parent
-            .children
-            .iter()
-            .filter_map(|c| ctx.tree.get(*c))
-            .any(|c| c.name == name)
-        {
+        if parent.children.iter().filter_map(|c| ctx.tree.get(*c)).any(|c| c.name == name) {
             return Err(ApiError::bad("Account name already exists under this parent"));
         }
         if ctx.tree.depth(pid) + 1 > MAX_DEPTH {
@@ -94,11 +86,7 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
                 "Child account not added: Total allocation exceeds 100%. Please adjust the allocations.",
             ));
         }
-        let kind = if parent.kind == Kind::Main {
-            Kind::Child
-        } else {
-            Kind::Grandchild
-        };
+        let kind = if parent.kind == Kind::Main { Kind::Child } else { Kind::Grandchild };
         let parent_name = parent.name.clone();
         let id = uuid::Uuid::new_v4().as_u128();
         let grand = (kind == Kind::Grandchild).then(|| Grand {
@@ -135,9 +123,7 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         .ok_or_else(|| ApiError::bad("Allocation is required"))?;
     let allocation = millionths(&d, ALLOC_ONE.into(), bad)?;
     mutate(app, rq, |ctx, _| {
-        let parent = find(ctx.tree, &parent_uuid, || {
-            ApiError::new(404, "Parent account not found")
-        })?;
+        let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
         let pid = parent.uuid;
         let child = parent
             .children
@@ -158,10 +144,7 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             Obj::new()
                 .str(
                     "message",
-                    &format!(
-                        "Allocation for {child_name} updated to {}",
-                        fmt_scaled(allocation.into(), 6)
-                    ),
+                    &format!("Allocation for {child_name} updated to {}", fmt_scaled(allocation.into(), 6)),
                 )
                 .num("total_allocation", &fmt_scaled(total.into(), 6)),
         ))
@@ -182,25 +165,21 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         if acc.uuid == cur.tree.root {
             let writes = user_deletion_writes(app.users.store.as_ref(), &cur.user)?;
             guard.commit(writes, None).await?;
-            return Ok(Obj::new().str("uuid", &uuid).str(
-                "message",
-                &format!("Account for user_id '{user_id}' deleted successfully."),
-            ));
+            return Ok(Obj::new()
+                .str("uuid", &uuid)
+                .str("message", &format!("Account for user_id '{user_id}' deleted successfully.")));
         }
     }
     let res = mutate(app, rq, |ctx, _| {
         let x = find(ctx.tree, &uuid, not_found)?.uuid;
         if x == ctx.tree.root {
-            return Err(ApiError::Internal(
-                "main account reached the sub-account path".into(),
-            ));
+            return Err(ApiError::Internal("main account reached the sub-account path".into()));
         }
         let removed = ctx.delete_sub(x).map_err(engine_err)?;
         Ok(Done {
-            fields: Obj::new().str("uuid", &uuid).str(
-                "message",
-                &format!("Account with UUID '{uuid}' deleted successfully."),
-            ),
+            fields: Obj::new()
+                .str("uuid", &uuid)
+                .str("message", &format!("Account with UUID '{uuid}' deleted successfully.")),
             removed,
         })
     })
@@ -215,9 +194,7 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn list_child_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "uuid is required")?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || {
-        rq.role_not_found("Parent account not found or unauthorized")
-    })?;
+    let a = find(&st.tree, &uuid, || rq.role_not_found("Parent account not found or unauthorized"))?;
     let names = st.tree.names(&a.children);
     Ok(Obj::new()
         .str("uuid", &uuid)
@@ -229,9 +206,7 @@ pub async fn list_child_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 pub async fn list_all_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "uuid is required")?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || {
-        rq.role_not_found("Account not found or unauthorized")
-    })?;
+    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     let order = st.tree.list_all(a.uuid);
     let names = st.tree.names(&order);
     Ok(Obj::new()
@@ -259,19 +234,14 @@ pub async fn find_by_name(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         })
         .collect();
     let n = matches.len();
-    Ok(Obj::new()
-        .str("search_name", &name)
-        .raw("matches", &array(matches))
-        .int("total_matches", n as i128))
+    Ok(Obj::new().str("search_name", &name).raw("matches", &array(matches)).int("total_matches", n as i128))
 }
 
 pub async fn find_by_uuid(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "UUID is required")?;
     let st = snapshot(app, rq).await?;
     let t = &st.tree;
-    let a = find(t, &uuid, || {
-        rq.role_not_found("Account not found or unauthorized")
-    })?;
+    let a = find(t, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     let mut o = Obj::new()
         .str("uuid", &uuid)
         .str("name", &a.name)

@@ -100,11 +100,7 @@ impl Jwt {
             Some(Value::String(s)) => s.clone(),
             _ => "user".to_string(),
         };
-        Some(Verified {
-            identity: Identity { user_id, role },
-            exp,
-            nbf,
-        })
+        Some(Verified { identity: Identity { user_id, role }, exp, nbf })
     }
 
     pub fn sign(&self, claims: &Map<String, Value>) -> Result<String, String> {
@@ -118,9 +114,7 @@ mod tests {
     use serde_json::json;
 
     fn token(j: &Jwt, claims: Value) -> String {
-        let Value::Object(m) = claims else {
-            unreachable!("test claims are objects")
-        };
+        let Value::Object(m) = claims else { unreachable!("test claims are objects") };
         j.sign(&m).unwrap()
     }
 

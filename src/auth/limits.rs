@@ -90,9 +90,7 @@ pub enum Failure {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-        }
+        Backoff { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
     }
 }
 
@@ -168,19 +166,10 @@ mod tests {
     fn backoff_example() {
         let b = Backoff::default();
         assert_eq!(b.fail("t", 0.0), Failure::Reject);
-        assert_eq!(
-            b.fail("t", 0.3),
-            Failure::Wait("Too many failed attempts. Wait 0.7 seconds.".into(), 1)
-        );
+        assert_eq!(b.fail("t", 0.3), Failure::Wait("Too many failed attempts. Wait 0.7 seconds.".into(), 1));
         assert_eq!(b.fail("t", 1.5), Failure::Reject);
-        assert_eq!(
-            b.fail("t", 2.0),
-            Failure::Wait("Too many failed attempts. Wait 1.5 seconds.".into(), 2)
-        );
+        assert_eq!(b.fail("t", 2.0), Failure::Wait("Too many failed attempts. Wait 1.5 seconds.".into(), 2));
         assert_eq!(b.fail("t", 3.5), Failure::Reject);
-        assert_eq!(
-            b.fail("t", 5.0),
-            Failure::Wait("Too many failed attempts. Wait 2.5 seconds.".into(), 3)
-        );
+        assert_eq!(b.fail("t", 5.0), Failure::Wait("Too many failed attempts. Wait 2.5 seconds.".into(), 3));
     }
 }

@@ -19,10 +19,7 @@ fn dummy_hash() -> &'static str {
 
 /// Argon2id with m=19456 KiB, t=2, p=1, 16-byte salt, 32-byte output (the crate defaults).
 fn hash_now(pw: &str) -> Result<String, String> {
-    Argon2::default()
-        .hash_password(pw.as_bytes())
-        .map(|h| h.to_string())
-        .map_err(|e| e.to_string())
+    Argon2::default().hash_password(pw.as_bytes()).map(|h| h.to_string()).map_err(|e| e.to_string())
 }
 
 fn verify_now(pw: &str, hash: &str) -> bool {
@@ -32,18 +29,14 @@ fn verify_now(pw: &str, hash: &str) -> bool {
 impl Default for Passwords {
     fn default() -> Self {
         let n = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Passwords {
-            permits: Arc::new(Semaphore::new(n)),
-        }
+        Passwords { permits: Arc::new(Semaphore::new(n)) }
     }
 }
 
 impl Passwords {
     pub async fn hash(&self, pw: String) -> Result<String, String> {
         let _p = self.permits.acquire().await.map_err(|e| e.to_string())?;
-        tokio::task::spawn_blocking(move || hash_now(&pw))
-            .await
-            .map_err(|e| e.to_string())?
+        tokio::task::spawn_blocking(move || hash_now(&pw)).await.map_err(|e| e.to_string())?
     }
 
     /// Verifies `pw` against `hash`, or against the dummy hash when `hash` is `None`

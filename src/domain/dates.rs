@@ -55,13 +55,7 @@ pub fn fmt_day(day: i64) -> String {
 pub fn fmt_datetime(secs: i64) -> String {
     let day = day_of(secs);
     let t = secs - day * DAY_SECS;
-    format!(
-        "{} {:02}:{:02}:{:02}",
-        fmt_day(day),
-        t / 3600,
-        (t / 60) % 60,
-        t % 60
-    )
+    format!("{} {:02}:{:02}:{:02}", fmt_day(day), t / 3600, (t / 60) % 60, t % 60)
 }
 
 /// Due-date rendering of SPEC 10.6: date only at midnight, else date and time.
@@ -78,14 +72,7 @@ pub fn fmt_millis(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let day = day_of(secs);
     let t = secs - day * DAY_SECS;
-    format!(
-        "{}T{:02}:{:02}:{:02}.{:03}Z",
-        fmt_day(day),
-        t / 3600,
-        (t / 60) % 60,
-        t % 60,
-        ms.rem_euclid(1000)
-    )
+    format!("{}T{:02}:{:02}:{:02}.{:03}Z", fmt_day(day), t / 3600, (t / 60) % 60, t % 60, ms.rem_euclid(1000))
 }
 
 struct Cursor<'a> {
@@ -250,14 +237,7 @@ mod tests {
         assert_eq!(p("16/11/2025 14:30").unwrap(), "2025-11-16 14:30:00");
         assert_eq!(p("11-16-2025").unwrap(), "2025-11-16 00:00:00");
         assert_eq!(p("2024-02-29").unwrap(), "2024-02-29 00:00:00");
-        for bad in [
-            "not-a-date",
-            "2020-13-01",
-            "12345",
-            "2025-02-29",
-            "2025-08-15T24:00",
-            "",
-        ] {
+        for bad in ["not-a-date", "2020-13-01", "12345", "2025-02-29", "2025-08-15T24:00", ""] {
             assert!(p(bad).is_none(), "{bad}");
         }
     }
@@ -265,10 +245,7 @@ mod tests {
     #[test]
     fn due_rendering() {
         assert_eq!(fmt_due(parse_date("2025-12-31T00:00:00Z").unwrap()), "2025-12-31");
-        assert_eq!(
-            fmt_due(parse_date("2025-08-15T14:30:00+02:00").unwrap()),
-            "2025-08-15 12:30:00"
-        );
+        assert_eq!(fmt_due(parse_date("2025-08-15T14:30:00+02:00").unwrap()), "2025-08-15 12:30:00");
         assert_eq!(fmt_millis(1_752_137_415_123), "2025-07-10T08:50:15.123Z");
     }
 }

@@ -68,12 +68,7 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     pub fn new(tree: &'a mut Tree, now: i64) -> Self {
-        Ctx {
-            tree,
-            now,
-            records: Vec::new(),
-            dirty: BTreeSet::new(),
-        }
+        Ctx { tree, now, records: Vec::new(), dirty: BTreeSet::new() }
     }
 
     pub fn acc(&self, id: AccountId) -> Result<&Account, OpError> {
@@ -82,11 +77,7 @@ impl<'a> Ctx<'a> {
 
     pub fn acc_mut(&mut self, id: AccountId) -> Result<&mut Account, OpError> {
         self.dirty.insert(id);
-        self.tree
-            .accounts
-            .get_mut(&id)
-            .map(Arc::make_mut)
-            .ok_or(OpError::Internal)
+        self.tree.accounts.get_mut(&id).map(Arc::make_mut).ok_or(OpError::Internal)
     }
 
     /// Adds `delta` to the subtree balance of `id` and all its ancestors.
@@ -139,12 +130,8 @@ impl<'a> Ctx<'a> {
         }
         let id = id.map_or_else(generate_id, str::to_string);
         let acc = self.acc_mut(x)?;
-        acc.balance = if deposit {
-            acc.balance.checked_add(a)
-        } else {
-            acc.balance.checked_sub(a)
-        }
-        .ok_or(OpError::TooLarge)?;
+        acc.balance = if deposit { acc.balance.checked_add(a) } else { acc.balance.checked_sub(a) }
+            .ok_or(OpError::TooLarge)?;
         if acc.balance < 0 {
             return Err(OpError::Internal);
         }
@@ -156,10 +143,7 @@ impl<'a> Ctx<'a> {
                 sums.dep_user = amt;
             }
             if by == "User"
-                || (by == "System"
-                    && channel
-                        .to_ascii_lowercase()
-                        .contains("returned extra allocation-up"))
+                || (by == "System" && channel.to_ascii_lowercase().contains("returned extra allocation-up"))
             {
                 sums.dep_alloc = amt;
             }
@@ -214,10 +198,7 @@ impl<'a> Ctx<'a> {
     fn track(&mut self, g: AccountId) -> Result<(), OpError> {
         let day = day_of(self.now);
         let a = self.acc_mut(g)?;
-        let row = TrackRow {
-            amount_due: a.own_due(),
-            balance: a.balance,
-        };
+        let row = TrackRow { amount_due: a.own_due(), balance: a.balance };
         a.track.insert(day, row);
         Ok(())
     }
@@ -385,10 +366,8 @@ impl<'a> Ctx<'a> {
             }
             return self.deposit(first, a, id, by, &from, now, Mode::Share);
         }
-        let weights: Vec<i64> = e
-            .iter()
-            .map(|c| self.acc(*c).map(|x| x.allocation))
-            .collect::<Result<_, _>>()?;
+        let weights: Vec<i64> =
+            e.iter().map(|c| self.acc(*c).map(|x| x.allocation)).collect::<Result<_, _>>()?;
         let Some(shares) = largest_remainder(a, &weights) else {
             return Ok(());
         };
@@ -476,14 +455,7 @@ impl<'a> Ctx<'a> {
         if b > 0 {
             let b = i64::try_from(b).map_err(|_| OpError::TooLarge)?;
             let now = self.now;
-            self.credit(
-                parent,
-                b,
-                "System",
-                &format!("Returned from deleted account {name}"),
-                None,
-                now,
-            )?;
+            self.credit(parent, b, "System", &format!("Returned from deleted account {name}"), None, now)?;
         }
         Ok(removed)
     }
@@ -524,20 +496,11 @@ mod tests {
             vec![61_729, 37_037, 24_691]
         );
         // S2
-        assert_eq!(
-            largest_remainder(10_000, &[400_000, 200_000]).unwrap(),
-            vec![6_667, 3_333]
-        );
+        assert_eq!(largest_remainder(10_000, &[400_000, 200_000]).unwrap(), vec![6_667, 3_333]);
         // S3
-        assert_eq!(
-            largest_remainder(10_000, &[333_333; 3]).unwrap(),
-            vec![3_334, 3_333, 3_333]
-        );
+        assert_eq!(largest_remainder(10_000, &[333_333; 3]).unwrap(), vec![3_334, 3_333, 3_333]);
         // S4
-        assert_eq!(
-            largest_remainder(16, &[100_000; 10]).unwrap(),
-            vec![2, 2, 2, 2, 2, 2, 1, 1, 1, 1]
-        );
+        assert_eq!(largest_remainder(16, &[100_000; 10]).unwrap(), vec![2, 2, 2, 2, 2, 2, 1, 1, 1, 1]);
         assert!(largest_remainder(100, &[0, 0]).is_none());
     }
 }

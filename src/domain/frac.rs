@@ -32,17 +32,11 @@ impl Frac {
         let g = gcd(num, den).max(1);
         num /= g;
         den /= g;
-        Some(Frac {
-            num: i64::try_from(num).ok()?,
-            den: i64::try_from(den).ok()?,
-        })
+        Some(Frac { num: i64::try_from(num).ok()?, den: i64::try_from(den).ok()? })
     }
 
     pub fn add_int(self, k: i64) -> Option<Frac> {
-        Frac::new(
-            i128::from(self.num) + i128::from(k) * i128::from(self.den),
-            i128::from(self.den),
-        )
+        Frac::new(i128::from(self.num) + i128::from(k) * i128::from(self.den), i128::from(self.den))
     }
 
     /// `self - a/b` with b > 0.

@@ -76,11 +76,7 @@ impl Dec {
         if i != s.len() {
             return None;
         }
-        let mut digits: Vec<u8> = int_digits
-            .iter()
-            .chain(frac_digits.iter())
-            .map(|d| d - b'0')
-            .collect();
+        let mut digits: Vec<u8> = int_digits.iter().chain(frac_digits.iter()).map(|d| d - b'0').collect();
         exp -= frac_digits.len() as i64;
         let lead = digits.iter().take_while(|d| **d == 0).count();
         digits.drain(..lead);
@@ -89,11 +85,7 @@ impl Dec {
             exp += 1;
         }
         if digits.is_empty() {
-            return Some(Dec {
-                neg: false,
-                digits,
-                exp: 0,
-            });
+            return Some(Dec { neg: false, digits, exp: 0 });
         }
         Some(Dec { neg, digits, exp })
     }
@@ -114,22 +106,14 @@ impl Dec {
 
     pub fn scaled(&self, scale: u32) -> Scaled {
         if self.is_zero() {
-            return Scaled {
-                trunc: Some(0),
-                rem_nonzero: false,
-                round_up: false,
-            };
+            return Scaled { trunc: Some(0), rem_nonzero: false, round_up: false };
         }
         let shift = self.exp + i64::from(scale);
         let len = self.digits.len() as i64;
         if shift >= 0 {
             let total = len + shift;
             if total > 38 {
-                return Scaled {
-                    trunc: None,
-                    rem_nonzero: false,
-                    round_up: false,
-                };
+                return Scaled { trunc: None, rem_nonzero: false, round_up: false };
             }
             let mut v: i128 = 0;
             for d in &self.digits {
@@ -138,20 +122,12 @@ impl Dec {
             for _ in 0..shift {
                 v *= 10;
             }
-            return Scaled {
-                trunc: Some(v),
-                rem_nonzero: false,
-                round_up: false,
-            };
+            return Scaled { trunc: Some(v), rem_nonzero: false, round_up: false };
         }
         // Some digits fall below the scale; the last digit is non-zero by normalisation.
         let keep = len + shift; // digits kept in the integer part (may be <= 0)
         if keep > 38 {
-            return Scaled {
-                trunc: None,
-                rem_nonzero: true,
-                round_up: false,
-            };
+            return Scaled { trunc: None, rem_nonzero: true, round_up: false };
         }
         let mut v: i128 = 0;
         if keep > 0 {
@@ -159,16 +135,8 @@ impl Dec {
                 v = v * 10 + i128::from(*d);
             }
         }
-        let round_up = if keep >= 0 {
-            self.digits[keep as usize] >= 5
-        } else {
-            false
-        };
-        Scaled {
-            trunc: Some(v),
-            rem_nonzero: true,
-            round_up,
-        }
+        let round_up = if keep >= 0 { self.digits[keep as usize] >= 5 } else { false };
+        Scaled { trunc: Some(v), rem_nonzero: true, round_up }
     }
 
     /// `|value| * 10^scale` rounded half away from zero; `None` when huge.
@@ -247,9 +215,7 @@ mod tests {
         for ok in ["1", "+1", "-1", "1.", ".5", "1.5e3", "1E-2", " 7 ", "00.10"] {
             assert!(Dec::parse(ok).is_some(), "{ok}");
         }
-        for bad in [
-            "", ".", "e5", "1e", "NaN", "Inf", "0x10", "1.2.3", "1 2", "--1", "ten",
-        ] {
+        for bad in ["", ".", "e5", "1e", "NaN", "Inf", "0x10", "1.2.3", "1 2", "--1", "ten"] {
             assert!(Dec::parse(bad).is_none(), "{bad}");
         }
     }
@@ -261,11 +227,7 @@ mod tests {
         assert_eq!(cents("1.005e2"), (Some(10050), false));
         assert_eq!(cents("10.005"), (Some(1000), true));
         assert_eq!(cents("1e40").0, None);
-        assert!(Dec::parse("1e999999999999999999")
-            .unwrap()
-            .scaled(2)
-            .trunc
-            .is_none());
+        assert!(Dec::parse("1e999999999999999999").unwrap().scaled(2).trunc.is_none());
         assert_eq!(Dec::parse("1e-999999999999").unwrap().scaled(2).trunc, Some(0));
     }
 

@@ -93,11 +93,7 @@ impl DayLedger {
 
     /// Sums of every day <= `day`.
     pub fn upto(&self, day: i64) -> DaySums {
-        self.cum
-            .range(..=day)
-            .next_back()
-            .map(|(_, v)| *v)
-            .unwrap_or_default()
+        self.cum.range(..=day).next_back().map(|(_, v)| *v).unwrap_or_default()
     }
 
     /// Sums over `[from, to]`.
@@ -235,11 +231,7 @@ impl Tree {
         Tree {
             root,
             accounts: [(root, Arc::new(main))].into_iter().collect(),
-            ledger: Ledger {
-                initial_balance,
-                deposits: 0,
-                withdrawals: 0,
-            },
+            ledger: Ledger { initial_balance, deposits: 0, withdrawals: 0 },
         }
     }
 
@@ -263,22 +255,13 @@ impl Tree {
 
     /// The names of `ids`, in order.
     pub fn names(&self, ids: &[AccountId]) -> Vec<&str> {
-        ids.iter()
-            .filter_map(|c| self.get(*c))
-            .map(|c| c.name.as_str())
-            .collect()
+        ids.iter().filter_map(|c| self.get(*c)).map(|c| c.name.as_str()).collect()
     }
 
     /// Sum of the direct children's allocations (millionths), always exact (D7).
     pub fn total_allocation(&self, id: AccountId) -> i64 {
         self.get(id)
-            .map(|a| {
-                a.children
-                    .iter()
-                    .filter_map(|c| self.get(*c))
-                    .map(|c| c.allocation)
-                    .sum()
-            })
+            .map(|a| a.children.iter().filter_map(|c| self.get(*c)).map(|c| c.allocation).sum())
             .unwrap_or(0)
     }
 

@@ -52,10 +52,7 @@ pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: Ip
             hyper::header::ACCESS_CONTROL_ALLOW_HEADERS,
             HeaderValue::from_static("Authorization, Content-Type, Idempotency-Key, X-Request-Id"),
         ));
-        r.headers.push((
-            hyper::header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static("600"),
-        ));
+        r.headers.push((hyper::header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600")));
         return Err(r);
     }
     let t = app.now_secs_f64();
@@ -66,10 +63,7 @@ pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: Ip
             Verdict::Deny(s) => Err(too_many("Rate limit exceeded. Try again later.", s)),
         };
     }
-    let header = headers
-        .get(AUTHORIZATION)
-        .map(HeaderValue::as_bytes)
-        .unwrap_or_default();
+    let header = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes).unwrap_or_default();
     let Some(rest) = header.strip_prefix(b"Bearer ") else {
         return Err(Reply::bare(401, "Missing or invalid token"));
     };

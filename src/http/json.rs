@@ -26,9 +26,7 @@ pub fn escape_into(out: &mut String, s: &str) {
 
 impl Obj {
     pub fn new() -> Obj {
-        Obj {
-            buf: String::with_capacity(128),
-        }
+        Obj { buf: String::with_capacity(128) }
     }
 
     fn key(&mut self, k: &str) -> &mut String {

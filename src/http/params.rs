@@ -138,10 +138,7 @@ impl Params {
     /// Builds the parameters; `Err` is the 400 `Invalid request body`.
     pub fn parse(query: Option<&str>, content_type: Option<&str>, body: &[u8]) -> Result<Params, ApiError> {
         let query = query.map(parse_pairs).unwrap_or_default();
-        let mut p = Params {
-            query,
-            body: Body::None,
-        };
+        let mut p = Params { query, body: Body::None };
         if body.iter().all(|c| c.is_ascii_whitespace()) {
             return Ok(p);
         }
@@ -173,14 +170,10 @@ impl Params {
         }
         match &self.body {
             Body::None => PVal::Missing,
-            Body::Form(pairs) => pairs
-                .iter()
-                .find(|(k, _)| k == name)
-                .map_or(PVal::Missing, |(_, v)| text(v)),
-            Body::Json(m) => m
-                .iter()
-                .find(|(k, _)| k == name)
-                .map_or(PVal::Missing, |(_, v)| json_pval(v)),
+            Body::Form(pairs) => {
+                pairs.iter().find(|(k, _)| k == name).map_or(PVal::Missing, |(_, v)| text(v))
+            }
+            Body::Json(m) => m.iter().find(|(k, _)| k == name).map_or(PVal::Missing, |(_, v)| json_pval(v)),
         }
     }
 
@@ -228,9 +221,7 @@ pub const MONEY_MAX_CENTS: i128 = 100_000_000_000_000;
 pub fn money_cents(name: &str, d: &Dec) -> Result<i64, ApiError> {
     let s = d.scaled(2);
     if s.rem_nonzero {
-        return Err(ApiError::bad(format!(
-            "{name} must have at most 2 decimal places"
-        )));
+        return Err(ApiError::bad(format!("{name} must have at most 2 decimal places")));
     }
     match s.trunc {
         Some(c) if c <= MONEY_MAX_CENTS => Ok(c as i64),

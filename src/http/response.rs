@@ -48,11 +48,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn json(status: u16, body: String) -> Reply {
-        Reply {
-            status,
-            body,
-            headers: Vec::new(),
-        }
+        Reply { status, body, headers: Vec::new() }
     }
 
     /// `{"success":false,"status":N,"error":"..."}`
@@ -73,10 +69,7 @@ impl Reply {
         let mut r = Response::new(Full::new(Bytes::from(self.body)));
         *r.status_mut() = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let h = r.headers_mut();
-        h.insert(
-            hyper::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        h.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (k, v) in self.headers {
             h.insert(k, v);
         }
@@ -87,37 +80,22 @@ impl Reply {
 /// Wraps endpoint fields (or an error) in the envelope with timing.
 pub fn envelope(result: Result<Obj, ApiError>, prefix: &str, start_us: i64, end_us: i64) -> Reply {
     let (status, head, fields) = match result {
-        Ok(fields) => (
-            200,
-            Obj::new().bool("success", true).int("status", 200),
-            Some(fields),
-        ),
+        Ok(fields) => (200, Obj::new().bool("success", true).int("status", 200), Some(fields)),
         Err(ApiError::Bare(status, msg)) => return Reply::bare(status, &msg),
         Err(ApiError::TooMany(msg, secs)) => {
             let mut r = envelope(Err(ApiError::new(429, msg)), prefix, start_us, end_us);
-            r.headers
-                .push((hyper::header::RETRY_AFTER, HeaderValue::from(secs)));
+            r.headers.push((hyper::header::RETRY_AFTER, HeaderValue::from(secs)));
             return r;
         }
         Err(ApiError::Client(status, msg, extra)) => (
             status,
-            Obj::new()
-                .bool("success", false)
-                .int("status", i128::from(status))
-                .str("error", &msg),
+            Obj::new().bool("success", false).int("status", i128::from(status)).str("error", &msg),
             extra,
         ),
         Err(ApiError::Internal(cause)) => {
             tracing::error!(%cause, prefix, "handler failed");
             let msg = format!("{prefix}: internal error");
-            (
-                500,
-                Obj::new()
-                    .bool("success", false)
-                    .int("status", 500)
-                    .str("error", &msg),
-                None,
-            )
+            (500, Obj::new().bool("success", false).int("status", 500).str("error", &msg), None)
         }
     };
     let mut body = String::with_capacity(256);
@@ -146,12 +124,7 @@ mod tests {
 
     #[test]
     fn internal_errors_are_500_with_the_endpoint_prefix() {
-        let r = envelope(
-            Err(ApiError::Internal("disk on fire".into())),
-            "Deposit failed",
-            0,
-            1_500,
-        );
+        let r = envelope(Err(ApiError::Internal("disk on fire".into())), "Deposit failed", 0, 1_500);
         assert_eq!(r.status, 500);
         assert!(r
             .body
@@ -162,12 +135,7 @@ mod tests {
 
     #[test]
     fn success_envelope_orders_keys() {
-        let r = envelope(
-            Ok(Obj::new().str("uuid", "x").money("balance", 150_050)),
-            "",
-            0,
-            0,
-        );
+        let r = envelope(Ok(Obj::new().str("uuid", "x").money("balance", 150_050)), "", 0, 0);
         assert_eq!(
             r.body,
             r#"{"success":true,"status":200,"uuid":"x","balance":1500.5,"start_time":"1970-01-01T00:00:00.000Z","end_time":"1970-01-01T00:00:00.000Z","execution_time":0}"#

@@ -71,8 +71,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     resp.headers_mut().insert("x-request-id", rid);
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
         if let Ok(v) = HeaderValue::from_str(origin) {
-            resp.headers_mut()
-                .insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+            resp.headers_mut().insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
         }
     }
     resp
@@ -83,10 +82,8 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
         Routed::Found(r) => r,
         Routed::NotFound => return Reply::bare(404, "404 - Resource Not Found"),
         Routed::WrongMethod(m) => {
-            return Reply::bare(405, "405 - Method Not Allowed").header(
-                ALLOW,
-                HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")),
-            )
+            return Reply::bare(405, "405 - Method Not Allowed")
+                .header(ALLOW, HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")))
         }
     };
     if r.ep == Ep::Ping {
@@ -94,11 +91,8 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
     }
     let start_us = app.clock.now_micros();
     let too_large = || Reply::bare(413, "Request body too large");
-    let declared = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return too_large();
     }
@@ -120,12 +114,7 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
                 Pass::User(i) => Some(i),
                 Pass::Public => None,
             };
-            let rq = Rq {
-                params,
-                ident,
-                now_us: start_us,
-                has_auth,
-            };
+            let rq = Rq { params, ident, now_us: start_us, has_auth };
             let fut = Box::pin(api::call(app, r.ep, &rq));
             match CatchUnwind(fut).await {
                 Ok(res) => res,

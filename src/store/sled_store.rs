@@ -69,10 +69,7 @@ impl Store for SledStore {
     fn read_log(&self, user_no: u64, acc: AccountId, upto: u64) -> Result<Vec<TxRecord>, StoreError> {
         let start = codec::log_key(user_no, acc, 0);
         let end = codec::log_key(user_no, acc, upto);
-        self.db
-            .range(start..end)
-            .map(|kv| kv.map_err(eng).and_then(|(_, v)| decode(&v)))
-            .collect()
+        self.db.range(start..end).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode(&v))).collect()
     }
 
     fn main_txid_exists(&self, user_no: u64, id: &str) -> Result<bool, StoreError> {
@@ -85,11 +82,7 @@ impl Store for SledStore {
     }
 
     fn keys_with_prefix(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.db
-            .scan_prefix(prefix)
-            .keys()
-            .map(|k| k.map(|k| k.to_vec()).map_err(eng))
-            .collect()
+        self.db.scan_prefix(prefix).keys().map(|k| k.map(|k| k.to_vec()).map_err(eng)).collect()
     }
 
     fn commit(&self, writes: Vec<Write>) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -57,11 +57,7 @@ impl Users {
     }
 
     pub fn with_slots_per_shard(store: Arc<dyn Store>, slots_per_shard: usize) -> Users {
-        Users {
-            store,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            slots_per_shard,
-        }
+        Users { store, shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), slots_per_shard }
     }
 
     /// Users currently cached.
@@ -98,9 +94,7 @@ impl Users {
             ledger: user.ledger.clone(),
         };
         if let Err(e) = crate::domain::tree::check_invariants(&tree) {
-            return Err(StoreError::Codec(format!(
-                "stored tree of {user_id} fails invariants: {e}"
-            )));
+            return Err(StoreError::Codec(format!("stored tree of {user_id} fails invariants: {e}")));
         }
         Ok(Some(Arc::new(UserState { user, tree })))
     }
@@ -131,12 +125,7 @@ impl Users {
                 s
             }
         };
-        Ok(WriteGuard {
-            users: self,
-            slot,
-            _lock: lock,
-            current,
-        })
+        Ok(WriteGuard { users: self, slot, _lock: lock, current })
     }
 }
 
@@ -160,10 +149,7 @@ pub fn mutation_writes(
 ) -> Result<Vec<Write>, StoreError> {
     let no = state.user.user_no;
     let mut w = Vec::with_capacity(dirty.len() + records.len() * 2 + 1);
-    w.push(Write::Put(
-        codec::user_key(&state.user.user_id),
-        encode(&state.user)?,
-    ));
+    w.push(Write::Put(codec::user_key(&state.user.user_id), encode(&state.user)?));
     for id in dirty {
         if let Some(a) = state.tree.get(*id) {
             w.push(Write::Put(codec::account_key(no, *id), encode(a)?));
@@ -201,15 +187,9 @@ pub fn mutation_writes(
 
 /// The rows of a new user: its record and its accounts.
 pub fn registration_writes(state: &UserState) -> Result<Vec<Write>, StoreError> {
-    let mut w = vec![Write::Put(
-        codec::user_key(&state.user.user_id),
-        encode(&state.user)?,
-    )];
+    let mut w = vec![Write::Put(codec::user_key(&state.user.user_id), encode(&state.user)?)];
     for (id, a) in &state.tree.accounts {
-        w.push(Write::Put(
-            codec::account_key(state.user.user_no, *id),
-            encode(a.as_ref())?,
-        ));
+        w.push(Write::Put(codec::account_key(state.user.user_no, *id), encode(a.as_ref())?));
     }
     Ok(w)
 }
@@ -235,10 +215,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
         let users = Users::with_slots_per_shard(store, 1);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             for i in 0..500 {
                 assert!(users.snapshot(&format!("user{i}")).await.unwrap().is_none());

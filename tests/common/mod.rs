@@ -32,10 +32,7 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
     /// A string field.
     pub fn s(&self, key: &str) -> String {
@@ -85,12 +82,7 @@ impl Srv {
         f(&mut cfg);
         let clock = Arc::new(ManualClock::at_secs(T0));
         let run = pfm::start(cfg.clone(), clock.clone()).expect("server starts");
-        Srv {
-            run: Some(run),
-            clock,
-            dir,
-            cfg,
-        }
+        Srv { run: Some(run), clock, dir, cfg }
     }
 
     /// Stops the server and starts a new one on the same data directory.
@@ -110,13 +102,7 @@ impl Srv {
         c.insert("user_id".into(), json!(user_id));
         c.insert("role".into(), json!(role));
         c.insert("iat".into(), json!(T0));
-        self.run
-            .as_ref()
-            .expect("running")
-            .app
-            .jwt
-            .sign(&c)
-            .expect("sign")
+        self.run.as_ref().expect("running").app.jwt.sign(&c).expect("sign")
     }
 
     pub fn raw(&self, method: &str, target: &str, headers: &[(&str, &str)], body: Body) -> Resp {
@@ -142,64 +128,33 @@ impl Srv {
         let text = String::from_utf8_lossy(&out).into_owned();
         let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
         let mut lines = head.lines();
-        let status: u16 = lines
-            .next()
-            .and_then(|l| l.split(' ').nth(1))
-            .and_then(|c| c.parse().ok())
-            .expect("status line");
+        let status: u16 =
+            lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("status line");
         let headers = lines
             .filter_map(|l| l.split_once(':'))
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
             .collect();
         let json = serde_json::from_str(body).unwrap_or(Value::Null);
-        Resp {
-            status,
-            headers,
-            text: body.to_string(),
-            json,
-        }
+        Resp { status, headers, text: body.to_string(), json }
     }
 
     pub fn get(&self, tok: &str, path: &str, query: &str) -> Resp {
-        let target = if query.is_empty() {
-            path.to_string()
-        } else {
-            format!("{path}?{query}")
-        };
-        self.raw(
-            "GET",
-            &target,
-            &[("Authorization", &format!("Bearer {tok}"))],
-            Body::None,
-        )
+        let target = if query.is_empty() { path.to_string() } else { format!("{path}?{query}") };
+        self.raw("GET", &target, &[("Authorization", &format!("Bearer {tok}"))], Body::None)
     }
 
     pub fn post(&self, tok: &str, path: &str, body: Value) -> Resp {
-        self.raw(
-            "POST",
-            path,
-            &[("Authorization", &format!("Bearer {tok}"))],
-            Body::Json(body),
-        )
+        self.raw("POST", path, &[("Authorization", &format!("Bearer {tok}"))], Body::Json(body))
     }
 
     pub fn form(&self, tok: &str, path: &str, form: &str) -> Resp {
-        self.raw(
-            "POST",
-            path,
-            &[("Authorization", &format!("Bearer {tok}"))],
-            Body::Form(form),
-        )
+        self.raw("POST", path, &[("Authorization", &format!("Bearer {tok}"))], Body::Form(form))
     }
 
     /// Registers `user` in token mode; returns (token, main uuid).
     pub fn user(&self, user: &str, initial: &str) -> (String, String) {
         let tok = self.token(user, "user");
-        let r = self.post(
-            &tok,
-            "/register",
-            json!({"user_id": user, "initial_balance": initial}),
-        );
+        let r = self.post(&tok, "/register", json!({"user_id": user, "initial_balance": initial}));
         r.ok();
         (tok, r.s("uuid"))
     }
@@ -220,12 +175,13 @@ impl Srv {
         r.n("balance")
     }
 
+    /// `account_status` of an account.
+    pub fn status(&self, tok: &str, uuid: &str) -> String {
+        self.get(tok, "/get_account_status", &format!("uuid={uuid}")).ok().s("account_status")
+    }
+
     pub fn deposit(&self, tok: &str, uuid: &str, amount: &str) -> Resp {
-        self.post(
-            tok,
-            "/deposit",
-            json!({"uuid": uuid, "amount": amount, "channel": "ABSA"}),
-        )
+        self.post(tok, "/deposit", json!({"uuid": uuid, "amount": amount, "channel": "ABSA"}))
     }
 
     pub fn txs(&self, tok: &str, uuid: &str) -> Vec<Value> {
