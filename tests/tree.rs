@@ -93,7 +93,7 @@ fn allocation_sums_are_exact() {
 fn status_defaults_and_zero_allocation() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");
-    let st = |u: &str| s.status(&tok, &u);
+    let st = |u: &str| s.status(&tok, u);
     let a = s.child(&tok, &main, "A", json!({"allocation": 0.1}));
     let b = s.child(&tok, &main, "B", json!({"allocation": 0.1, "status": "CLOSED"}));
     let c = s.child(&tok, &main, "C", json!({"allocation": 0.1, "status": "frozen"}));
