@@ -80,23 +80,14 @@ impl<'a> Ctx<'a> {
         self.tree.accounts.get_mut(&id).map(Arc::make_mut).ok_or(OpError::Internal)
     }
 
-    /// Adds `delta` to the subtree balance of `id` and all its ancestors.
-    fn bubble_balance(&mut self, id: AccountId, delta: i128) -> Result<(), OpError> {
+    /// Adds the deltas to the subtree balance and subtree amount due of `id` and all its
+    /// ancestors, keeping the 10.12 totals current without recomputing them.
+    fn bubble(&mut self, id: AccountId, balance_delta: i128, due_delta: i128) -> Result<(), OpError> {
         let mut cur = Some(id);
         while let Some(c) = cur {
             let a = self.acc_mut(c)?;
-            a.sub_balance += delta;
-            cur = a.parent;
-        }
-        Ok(())
-    }
-
-    /// Adds `delta` to the subtree amount due of `id` and all its ancestors.
-    pub fn add_due(&mut self, id: AccountId, delta: i128) -> Result<(), OpError> {
-        let mut cur = Some(id);
-        while let Some(c) = cur {
-            let a = self.acc_mut(c)?;
-            a.sub_due += delta;
+            a.sub_balance += balance_delta;
+            a.sub_due += due_delta;
             cur = a.parent;
         }
         Ok(())
@@ -108,7 +99,7 @@ impl<'a> Ctx<'a> {
         let delta = i128::from(v) - i128::from(g.amount_due);
         g.amount_due = v;
         if delta != 0 {
-            self.add_due(id, delta)?;
+            self.bubble(id, 0, delta)?;
         }
         Ok(())
     }
@@ -152,7 +143,7 @@ impl<'a> Ctx<'a> {
         }
         acc.days.add(day_of(date), &sums);
         acc.log_len += 1;
-        self.bubble_balance(x, if deposit { amt } else { -amt })?;
+        self.bubble(x, if deposit { amt } else { -amt }, 0)?;
         let acc = self.acc(x)?;
         let rec = TxRecord {
             deposit,
@@ -423,7 +414,7 @@ impl<'a> Ctx<'a> {
         self.tree.accounts.insert(id, Arc::new(acc));
         self.dirty.insert(id);
         self.acc_mut(parent)?.children.push(id);
-        self.add_due(parent, due)?;
+        self.bubble(parent, 0, due)?;
         Ok(id)
     }
 
@@ -450,8 +441,7 @@ impl<'a> Ctx<'a> {
             self.tree.accounts.remove(r);
             self.dirty.remove(r);
         }
-        self.bubble_balance(parent, -b)?;
-        self.add_due(parent, -due)?;
+        self.bubble(parent, -b, -due)?;
         if b > 0 {
             let b = i64::try_from(b).map_err(|_| OpError::TooLarge)?;
             let now = self.now;
