@@ -15,9 +15,15 @@ struct Proc {
 }
 
 fn spawn(dir: &std::path::Path) -> Proc {
+    spawn_with(dir, &[], &[])
+}
+
+fn spawn_with(dir: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
-        .args(["--port", "0", "--data-dir"])
+        .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
         .arg(dir)
+        .args(args)
+        .envs(envs.iter().copied())
         .env_remove("JWT_SECRET")
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
@@ -118,6 +124,61 @@ fn acknowledged_writes_survive_kill_9() {
     assert_eq!((st, v["transaction_count"].to_string()), (200, "20".to_string()));
     let (_, v) = request(p.addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!(v["balance"].to_string(), "25");
+    p.child.kill().unwrap();
+    let _ = p.child.wait();
+}
+
+#[test]
+fn help_lists_every_flag_with_defaults() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pfm")).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--host",
+        "--port",
+        "--data-dir",
+        "--jwt-secret",
+        "--max-requests",
+        "--window-size",
+        "--token-ttl-seconds",
+        "--token-endpoint-enabled",
+        "--trust-proxy",
+        "--cors-allow-origin",
+    ] {
+        assert!(text.contains(flag), "{flag} missing from --help");
+    }
+    for default in ["127.0.0.1", "8000", "user_accounts", "180000", "3600"] {
+        assert!(text.contains(default), "default {default} missing from --help");
+    }
+}
+
+#[test]
+fn environment_configures_and_flags_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("MAX_REQUESTS", "1"),
+        ("WINDOW_SIZE", "100"),
+        ("TOKEN_ENDPOINT_ENABLED", "true"),
+        ("CORS_ALLOW_ORIGIN", "*"),
+    ];
+    let mut p = spawn_with(dir.path(), &[], &env);
+    let (st, v) = request(
+        p.addr,
+        "POST",
+        "/generate_access_token",
+        None,
+        json!({"user_id": "u", "role": "user", "exp": 4102444800u64}),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(request(p.addr, "GET", "/__ping__", None, Value::Null).0, 429);
+    p.child.kill().unwrap();
+    let _ = p.child.wait();
+    // The flag wins over its variable.
+    let mut p = spawn_with(dir.path(), &["--max-requests", "3"], &env);
+    for _ in 0..3 {
+        assert_eq!(request(p.addr, "GET", "/__ping__", None, Value::Null).0, 200);
+    }
+    assert_eq!(request(p.addr, "GET", "/__ping__", None, Value::Null).0, 429);
     p.child.kill().unwrap();
     let _ = p.child.wait();
 }
