@@ -92,7 +92,7 @@ fn build(deposits: usize) -> Fixture {
         ledger: tree.ledger.clone(),
     };
     let state = UserState { user, tree };
-    let writes = mutation_writes(store.as_ref(), &state, &dirty, &records, &[]).expect("writes");
+    let writes = mutation_writes(&state, &dirty, &records, &[]).expect("writes");
     rt.block_on(store.commit(writes)).expect("commit");
     Fixture { main: fmt_uuid(root), child: fmt_uuid(children[0]), app, rt, _dir: dir }
 }

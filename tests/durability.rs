@@ -96,3 +96,32 @@ fn concurrent_deposits_of_one_user_are_all_applied() {
     assert_eq!(s.txs(&tok, &main).len(), 80);
     assert_eq!(s.txs(&tok, &a).len(), 40);
 }
+
+#[test]
+fn deleting_a_sub_account_removes_its_rows_from_storage() {
+    let s = Srv::start();
+    let (tok, main) = s.user("u1", "0");
+    let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
+    let rent = s.child(&tok, &needs, "Rent", json!({"allocation": 1}));
+    for _ in 0..3 {
+        s.deposit(&tok, &main, "10").ok();
+    }
+    let store = s.run.as_ref().unwrap().app.users.store.clone();
+    let no = store.get_user("u1").unwrap().unwrap().user_no;
+    let rows = |uuid: &str| {
+        let id = pfm::domain::tree::parse_uuid(uuid).unwrap();
+        store.keys_with_prefix(&pfm::store::codec::log_prefix(no, id)).unwrap().len()
+    };
+    assert_eq!((rows(&needs), rows(&rent)), (6, 3));
+    let r = s.raw(
+        "DELETE",
+        &format!("/delete?uuid={needs}"),
+        &[("Authorization", &format!("Bearer {tok}"))],
+        Body::None,
+    );
+    r.ok();
+    assert_eq!((rows(&needs), rows(&rent)), (0, 0));
+    let accounts = store.load_accounts(no).unwrap();
+    assert_eq!(accounts.len(), 1);
+    assert_eq!(s.balance(&tok, &main), "30");
+}

@@ -90,7 +90,7 @@ impl Model {
         let mut work = self.tree.clone();
         let now = self.now;
         let mut ctx = Ctx::new(&mut work, now);
-        let res: Result<Vec<AccountId>, OpError> = (|| {
+        let res: Result<Vec<(AccountId, u64)>, OpError> = (|| {
             match op.clone() {
                 Op::Add { parent, alloc, priority, fixed, bill, due_days, freq } => {
                     let p = self.pick(parent);
@@ -183,7 +183,8 @@ impl Model {
         }
         let Ok(removed) = res else { return };
         let records = std::mem::take(&mut ctx.records);
-        for r in &removed {
+        for (r, len) in &removed {
+            assert_eq!(self.log.get(r).map_or(0, Vec::len) as u64, *len, "log length of a removed account");
             self.log.remove(r);
         }
         for (acc, rec) in records {

@@ -128,10 +128,11 @@ fn engine_err(e: OpError) -> ApiError {
     }
 }
 
-/// What a mutation closure returns: the response fields and the accounts it removed.
+/// What a mutation closure returns: the response fields and the accounts it removed (with
+/// their log lengths).
 pub struct Done {
     pub fields: Obj,
-    pub removed: Vec<AccountId>,
+    pub removed: Vec<(AccountId, u64)>,
 }
 
 impl From<Obj> for Done {
@@ -158,7 +159,7 @@ where
     let mut user = cur.user.clone();
     user.ledger = tree.ledger.clone();
     let next = UserState { user, tree };
-    let writes = mutation_writes(app.users.store.as_ref(), &next, &dirty, &records, &done.removed)?;
+    let writes = mutation_writes(&next, &dirty, &records, &done.removed)?;
     guard.commit(writes, Some(Arc::new(next))).await?;
     Ok(done.fields)
 }

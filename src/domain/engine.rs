@@ -429,15 +429,20 @@ impl<'a> Ctx<'a> {
     }
 
     /// Deletes sub-account `x` and its subtree; its money goes to the parent (10.17).
-    /// Returns the removed account ids.
-    pub fn delete_sub(&mut self, x: AccountId) -> Result<Vec<AccountId>, OpError> {
+    /// Returns the removed accounts with the length of their logs.
+    pub fn delete_sub(&mut self, x: AccountId) -> Result<Vec<(AccountId, u64)>, OpError> {
         let acc = self.acc(x)?;
         let parent = acc.parent.ok_or(OpError::Internal)?;
         let name = acc.name.clone();
         let (b, due) = (acc.sub_balance, acc.sub_due);
-        let removed = self.tree.preorder(x);
+        let removed: Vec<(AccountId, u64)> = self
+            .tree
+            .preorder(x)
+            .into_iter()
+            .map(|r| (r, self.tree.get(r).map_or(0, |a| a.log_len)))
+            .collect();
         self.acc_mut(parent)?.children.retain(|c| *c != x);
-        for r in &removed {
+        for (r, _) in &removed {
             self.tree.accounts.remove(r);
             self.dirty.remove(r);
         }

@@ -141,11 +141,10 @@ impl WriteGuard<'_> {
 /// The rows a tree mutation changes: the user record, every dirty account, new log records
 /// (and the main account's id index), and the rows of removed accounts.
 pub fn mutation_writes(
-    store: &dyn Store,
     state: &UserState,
     dirty: &BTreeSet<AccountId>,
     records: &[(AccountId, TxRecord)],
-    removed: &[AccountId],
+    removed: &[(AccountId, u64)],
 ) -> Result<Vec<Write>, StoreError> {
     let no = state.user.user_no;
     let mut w = Vec::with_capacity(dirty.len() + records.len() * 2 + 1);
@@ -176,10 +175,11 @@ pub fn mutation_writes(
             w.push(Write::Put(codec::txid_key(no, &rec.id), Vec::new()));
         }
     }
-    for id in removed {
+    // Log keys are computed from the log length: deleting never reads the logs.
+    for (id, log_len) in removed {
         w.push(Write::Del(codec::account_key(no, *id)));
-        for k in store.keys_with_prefix(&codec::log_prefix(no, *id))? {
-            w.push(Write::Del(k));
+        for seq in 0..*log_len {
+            w.push(Write::Del(codec::log_key(no, *id, seq)));
         }
     }
     Ok(w)
