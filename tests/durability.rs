@@ -125,3 +125,22 @@ fn deleting_a_sub_account_removes_its_rows_from_storage() {
     assert_eq!(accounts.len(), 1);
     assert_eq!(s.balance(&tok, &main), "30");
 }
+
+#[test]
+fn lock_wait_timeout_is_a_500_without_side_effects_and_the_server_keeps_serving() {
+    let s = Srv::start();
+    let (tok, main) = s.user("u1", "0");
+    let app = s.run.as_ref().unwrap().app.clone();
+    app.users.set_lock_wait(std::time::Duration::from_millis(200));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let held = rt.block_on(app.users.lock("u1")).unwrap();
+    s.deposit(&tok, &main, "10").fails(500, "Deposit failed: internal error");
+    s.post(&tok, "/withdraw", json!({"uuid": main, "amount": 1, "channel": "c"}))
+        .fails(500, "Failed: internal error");
+    // Reads do not wait for writers.
+    assert_eq!(s.balance(&tok, &main), "0");
+    drop(held);
+    s.deposit(&tok, &main, "10").ok();
+    assert_eq!(s.balance(&tok, &main), "10");
+    assert_eq!(s.txs(&tok, &main).len(), 1);
+}

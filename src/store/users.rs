@@ -5,6 +5,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,8 @@ pub struct Users {
     pub store: Arc<dyn Store>,
     shards: Vec<Mutex<HashMap<String, Arc<Slot>>>>,
     slots_per_shard: usize,
+    /// Per-user lock wait in milliseconds ([`LOCK_WAIT`] unless a test shortens it).
+    lock_wait_ms: AtomicU64,
 }
 
 /// Held by a writer: the user's lock and the state it is working from.
@@ -57,7 +60,17 @@ impl Users {
     }
 
     pub fn with_slots_per_shard(store: Arc<dyn Store>, slots_per_shard: usize) -> Users {
-        Users { store, shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), slots_per_shard }
+        Users {
+            store,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            slots_per_shard,
+            lock_wait_ms: AtomicU64::new(LOCK_WAIT.as_millis() as u64),
+        }
+    }
+
+    /// Changes the per-user lock wait (tests use a short one to provoke the timeout).
+    pub fn set_lock_wait(&self, wait: Duration) {
+        self.lock_wait_ms.store(wait.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Users currently cached.
@@ -113,7 +126,8 @@ impl Users {
     /// Takes the user's write lock (FIFO), loading the state if needed.
     pub async fn lock(&self, user_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let slot = self.slot(user_id);
-        let lock = tokio::time::timeout(LOCK_WAIT, slot.write.clone().lock_owned())
+        let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
+        let lock = tokio::time::timeout(wait, slot.write.clone().lock_owned())
             .await
             .map_err(|_| StoreError::LockTimeout)?;
         let known = slot.state.read().clone();
