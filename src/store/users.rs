@@ -146,7 +146,12 @@ impl Users {
 impl WriteGuard<'_> {
     /// Commits `writes` durably, then publishes `next` as the user's state.
     pub async fn commit(self, writes: Vec<Write>, next: Option<Arc<UserState>>) -> Result<(), StoreError> {
-        self.users.store.commit(writes).await?;
+        if let Err(e) = self.users.store.commit(writes).await {
+            // The batch may or may not be on disk: forget the cached state so the next request
+            // reloads whatever storage holds instead of trusting either version.
+            *self.slot.state.write() = None;
+            return Err(e);
+        }
         *self.slot.state.write() = Some(next);
         Ok(())
     }
