@@ -246,19 +246,12 @@ impl<'a> Ctx<'a> {
         let kind = self.acc(x)?.kind;
         let checks_status = matches!(mode, Mode::External | Mode::Transfer);
         match kind {
-            Kind::Main => {
-                let used = self.credit(x, a, by, channel, id, d)?;
-                self.split(x, a, Some(&used), "System")
-            }
+            Kind::Main => self.credit_and_split(x, a, by, channel, id, d, mode),
             Kind::Child => {
                 if checks_status && self.acc(x)?.status != "active" {
                     return Err(OpError::NotActive);
                 }
-                let used = self.credit(x, a, by, channel, id, d)?;
-                if mode != Mode::Surplus {
-                    self.split(x, a, Some(&used), "System")?;
-                }
-                Ok(())
+                self.credit_and_split(x, a, by, channel, id, d, mode)
             }
             Kind::Grandchild => {
                 self.rollover(x, d)?;
@@ -270,10 +263,7 @@ impl<'a> Ctx<'a> {
                 if fixed > 0 && a >= need {
                     let c = need.max(0);
                     if c > 0 {
-                        let used = self.credit(x, c, by, channel, id, d)?;
-                        if mode != Mode::Surplus {
-                            self.split(x, c, Some(&used), "System")?;
-                        }
+                        self.credit_and_split(x, c, by, channel, id, d, mode)?;
                     }
                     let acc = self.acc_mut(x)?;
                     if acc.status != "closed" {
@@ -287,10 +277,7 @@ impl<'a> Ctx<'a> {
                     }
                     self.track(x)
                 } else {
-                    let used = self.credit(x, a, by, channel, id, d)?;
-                    if mode != Mode::Surplus {
-                        self.split(x, a, Some(&used), "System")?;
-                    }
+                    self.credit_and_split(x, a, by, channel, id, d, mode)?;
                     if fixed > 0 {
                         let n = self.need(x)?;
                         self.set_amount_due(x, n)?;
@@ -299,6 +286,26 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
+    }
+
+    /// CREDIT, then SPLIT of the same amount unless the credit is a surplus return (10.3). The
+    /// split always runs as `System` and carries the credit's id (the generated one if none).
+    #[allow(clippy::too_many_arguments)]
+    fn credit_and_split(
+        &mut self,
+        x: AccountId,
+        a: i64,
+        by: &str,
+        channel: &str,
+        id: Option<&str>,
+        d: i64,
+        mode: Mode,
+    ) -> Result<(), OpError> {
+        let used = self.credit(x, a, by, channel, id, d)?;
+        if mode != Mode::Surplus {
+            self.split(x, a, Some(&used), "System")?;
+        }
+        Ok(())
     }
 
     /// RETURN_SURPLUS(Q, s, origin_by) of 10.5.
@@ -337,6 +344,17 @@ impl<'a> Ctx<'a> {
         Ok(e.into_iter().map(|(_, c)| c).collect())
     }
 
+    /// A split's debit of the parent: a grandchild-kind parent gets a tracker row but keeps its
+    /// periods (D15).
+    fn split_debit(&mut self, p: AccountId, a: i64, by: &str, channel: &str) -> Result<(), OpError> {
+        let now = self.now;
+        self.debit(p, a, by, channel, None, now)?;
+        if self.acc(p)?.kind == Kind::Grandchild {
+            self.track(p)?;
+        }
+        Ok(())
+    }
+
     /// SPLIT(P, a, id, by) of 10.4.
     pub fn split(&mut self, p: AccountId, a: i64, id: Option<&str>, by: &str) -> Result<(), OpError> {
         if self.acc(p)?.children.is_empty() {
@@ -348,13 +366,9 @@ impl<'a> Ctx<'a> {
         let now = self.now;
         let p_name = self.acc(p)?.name.clone();
         let from = format!("Allocation from {p_name}");
-        let p_is_grand = self.acc(p)?.kind == Kind::Grandchild;
         if a < 10 {
             let to = format!("Allocation to {}", self.acc(first)?.name);
-            self.debit(p, a, by, &to, None, now)?;
-            if p_is_grand {
-                self.track(p)?;
-            }
+            self.split_debit(p, a, by, &to)?;
             return self.deposit(first, a, id, by, &from, now, Mode::Share);
         }
         let weights: Vec<i64> =
@@ -362,10 +376,7 @@ impl<'a> Ctx<'a> {
         let Some(shares) = largest_remainder(a, &weights) else {
             return Ok(());
         };
-        self.debit(p, a, by, CH_SPLIT, None, now)?;
-        if p_is_grand {
-            self.track(p)?;
-        }
+        self.split_debit(p, a, by, CH_SPLIT)?;
         for (c, share) in e.into_iter().zip(shares) {
             if share > 0 {
                 self.deposit(c, share, id, by, &from, now, Mode::Share)?;
