@@ -1,5 +1,6 @@
 //! /register, /login, /generate_access_token (SPEC 5).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -13,7 +14,7 @@ use crate::domain::tree::Tree;
 use crate::http::json::Obj;
 use crate::http::params::{check_len, money_cents, PVal};
 use crate::http::response::ApiError;
-use crate::store::users::{registration_writes, UserState};
+use crate::store::users::{mutation_writes, UserState};
 use crate::store::UserRecord;
 
 fn valid_user_id(s: &str) -> bool {
@@ -65,7 +66,9 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         ledger: tree.ledger.clone(),
     };
     let state = UserState { user, tree };
-    let writes = registration_writes(&state)?;
+    // A new user is a mutation in which every account is new and nothing is logged yet.
+    let all: BTreeSet<_> = state.tree.accounts.keys().copied().collect();
+    let writes = mutation_writes(&state, &all, &[], &[])?;
     guard.commit(writes, Some(Arc::new(state))).await?;
     Ok(Obj::new().str("user_id", &user_id).str("uuid", &crate::domain::tree::fmt_uuid(root)))
 }

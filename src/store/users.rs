@@ -204,15 +204,6 @@ pub fn mutation_writes(
     Ok(w)
 }
 
-/// The rows of a new user: its record and its accounts.
-pub fn registration_writes(state: &UserState) -> Result<Vec<Write>, StoreError> {
-    let mut w = vec![Write::Put(codec::user_key(&state.user.user_id), encode(&state.user)?)];
-    for (id, a) in &state.tree.accounts {
-        w.push(Write::Put(codec::account_key(state.user.user_no, *id), encode(a.as_ref())?));
-    }
-    Ok(w)
-}
-
 /// Every row of a user (main-account deletion).
 pub fn user_deletion_writes(store: &dyn Store, user: &UserRecord) -> Result<Vec<Write>, StoreError> {
     let mut w = vec![Write::Del(codec::user_key(&user.user_id))];
