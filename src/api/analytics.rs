@@ -6,7 +6,9 @@ use crate::app::App;
 use crate::domain::dates::{day_of, fmt_datetime, fmt_day, fmt_due, parse_date};
 use crate::domain::engine::TxRecord;
 use crate::domain::num::fmt_scaled;
-use crate::domain::tree::{fmt_uuid, range_figures, utilization_text, AccountId, Kind, Tree};
+use crate::domain::tree::{
+    fmt_uuid, range_figures, utilization_text, AccountId, DaySums, Kind, RangeFigures, Tree,
+};
 use crate::http::json::{array, Obj};
 use crate::http::params::{check_len, PVal, Params};
 use crate::http::response::ApiError;
@@ -270,17 +272,14 @@ impl TreeQuery<'_> {
         let t = self.tree;
         let (from, to) = self.range;
         let span = (to - from + 1) as usize;
-        let mut income = vec![0i128; span];
-        let mut spending = vec![0i128; span];
-        let mut allocated = vec![0i128; span];
+        // Per day: the account's own sums and its descendants' sums, as range_figures splits them.
+        let mut own = vec![DaySums::default(); span];
+        let mut desc = vec![DaySums::default(); span];
         let mut debt = vec![0i128; span];
         for a in t.preorder(id).into_iter().filter_map(|x| t.get(x)) {
-            let own = a.uuid == id;
+            let target = if a.uuid == id { &mut own } else { &mut desc };
             for (day, s) in a.days.daily(from, to) {
-                let i = (day - from) as usize;
-                income[i] += s.dep_user;
-                spending[i] += s.wd_user;
-                allocated[i] += if own { s.dep_all } else { s.dep_alloc };
+                target[(day - from) as usize].add(&s);
             }
             if a.kind == Kind::Grandchild {
                 for (day, r) in a.track.range(from..=to) {
@@ -289,11 +288,12 @@ impl TreeQuery<'_> {
             }
         }
         array((0..span).map(|i| {
+            let f = RangeFigures::from_sums(&own[i], &desc[i]);
             Obj::new()
                 .str("Date", &fmt_day(from + i as i64))
-                .money("Income", income[i])
-                .money("Spending", spending[i])
-                .money("Allocated", allocated[i])
+                .money("Income", f.income)
+                .money("Spending", f.spending)
+                .money("Allocated", f.allocated)
                 .money("Overall_Debt", debt[i])
                 .finish()
         }))

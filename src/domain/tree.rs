@@ -366,13 +366,20 @@ pub struct RangeFigures {
     pub allocated: i128,
 }
 
+impl RangeFigures {
+    /// The 10.15 rules from an account's own sums and its strict descendants' sums.
+    pub fn from_sums(own: &DaySums, desc: &DaySums) -> RangeFigures {
+        RangeFigures {
+            spending: own.wd_user + desc.wd_user,
+            income: own.dep_user + desc.dep_user,
+            allocated: own.dep_all + desc.dep_alloc,
+        }
+    }
+}
+
 pub fn range_figures(tree: &Tree, id: AccountId, from_day: i64, to_day: i64) -> RangeFigures {
     let (own, desc) = tree.range_sums(id, from_day, to_day);
-    RangeFigures {
-        spending: own.wd_user + desc.wd_user,
-        income: own.dep_user + desc.dep_user,
-        allocated: own.dep_all + desc.dep_alloc,
-    }
+    RangeFigures::from_sums(&own, &desc)
 }
 
 /// income_utilization (10.15) as exact decimal text.
