@@ -1,7 +1,7 @@
 //! Read-only analytics (SPEC 8). Everything except the two log endpoints is answered from the
 //! snapshot's precomputed aggregates.
 
-use super::{find, number, snapshot, Rq};
+use super::{find, millionths, number, snapshot, Rq};
 use crate::app::App;
 use crate::domain::dates::{day_of, fmt_datetime, fmt_day, fmt_due, parse_date};
 use crate::domain::engine::TxRecord;
@@ -107,10 +107,8 @@ fn lookahead(
     let Some(d) = number(p, name, required, bad)? else {
         return Ok(None);
     };
-    if d.is_negative() || (!allow_zero && d.is_zero()) || d.abs_gt(LOOKAHEAD_MAX_MICRO, 6) {
-        return Err(ApiError::bad(bad));
-    }
-    let v = d.rounded_abs(6).ok_or_else(|| ApiError::bad(bad))?;
+    let v = i128::from(millionths(&d, LOOKAHEAD_MAX_MICRO, bad)?);
+    // A window that rounds to zero is refused where zero itself is.
     if !allow_zero && v == 0 {
         return Err(ApiError::bad(bad));
     }
