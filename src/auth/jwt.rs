@@ -5,6 +5,8 @@ use std::collections::HashMap;
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use parking_lot::Mutex;
+
+use super::limits::shard_of;
 use serde_json::{Map, Value};
 
 pub struct Jwt {
@@ -35,13 +37,6 @@ struct Verified {
     nbf: Option<f64>,
 }
 
-fn shard_of(token: &str) -> usize {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    token.hash(&mut h);
-    (h.finish() as usize) % CACHE_SHARDS
-}
-
 impl Jwt {
     pub fn new(secret: &[u8]) -> Jwt {
         let mut v = Validation::new(Algorithm::HS256);
@@ -61,7 +56,7 @@ impl Jwt {
     /// Verifies a token at `now_secs`; `None` on any failure. A token whose signature and
     /// claims were checked once is remembered, so repeat requests only re-check its times.
     pub fn verify(&self, token: &str, now_secs: f64) -> Option<Identity> {
-        let shard = &self.cache[shard_of(token)];
+        let shard = &self.cache[shard_of(token, CACHE_SHARDS)];
         let hit = shard.lock().get(token).cloned();
         let v = match hit {
             Some(v) => v,

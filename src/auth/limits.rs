@@ -12,10 +12,11 @@ const SHARDS: usize = 32;
 /// A shard is swept for idle entries when it grows past this many keys.
 const SWEEP_AT: usize = 4096;
 
-fn shard_of<K: Hash>(k: &K) -> usize {
+/// Which of `shards` tables holds `k`.
+pub(crate) fn shard_of<K: Hash + ?Sized>(k: &K, shards: usize) -> usize {
     let mut h = DefaultHasher::new();
     k.hash(&mut h);
-    (h.finish() as usize) % SHARDS
+    (h.finish() as usize) % shards
 }
 
 /// Outcome of a limiter check.
@@ -42,7 +43,7 @@ impl RateLimiter {
     }
 
     pub fn check(&self, key: &str, t: f64) -> Verdict {
-        let mut map = self.shards[shard_of(&key)].lock();
+        let mut map = self.shards[shard_of(key, SHARDS)].lock();
         if map.len() >= SWEEP_AT && !map.contains_key(key) {
             let w = self.window_secs;
             map.retain(|_, (start, _)| t - *start <= w);
@@ -103,7 +104,7 @@ fn fmt_wait(secs: f64) -> String {
 impl Backoff {
     /// Whether a wait is running for `key` (without recording anything).
     pub fn pending(&self, key: &str, t: f64) -> Option<Failure> {
-        let map = self.shards[shard_of(&key)].lock();
+        let map = self.shards[shard_of(key, SHARDS)].lock();
         let (last, attempt) = *map.get(key)?;
         let wait = f64::from(1u32 << attempt.min(MAX_ATTEMPT));
         let elapsed = t - last;
@@ -112,7 +113,7 @@ impl Backoff {
 
     /// Records a failure at `t` per SPEC 4.5.
     pub fn fail(&self, key: &str, t: f64) -> Failure {
-        let mut map = self.shards[shard_of(&key)].lock();
+        let mut map = self.shards[shard_of(key, SHARDS)].lock();
         if map.len() >= SWEEP_AT && !map.contains_key(key) {
             map.retain(|_, (last, _)| t - *last < IDLE_SECS);
         }
@@ -136,7 +137,7 @@ impl Backoff {
     }
 
     pub fn clear(&self, key: &str) {
-        self.shards[shard_of(&key)].lock().remove(key);
+        self.shards[shard_of(key, SHARDS)].lock().remove(key);
     }
 }
 
