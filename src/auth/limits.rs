@@ -106,7 +106,7 @@ impl Backoff {
     pub fn pending(&self, key: &str, t: f64) -> Option<Failure> {
         let map = self.shards[shard_of(key, SHARDS)].lock();
         let (last, attempt) = *map.get(key)?;
-        let wait = f64::from(1u32 << attempt.min(MAX_ATTEMPT));
+        let wait = wait_secs(attempt);
         let elapsed = t - last;
         (elapsed < wait && elapsed < IDLE_SECS).then(|| waiting(wait - elapsed))
     }
@@ -119,7 +119,7 @@ impl Backoff {
         }
         match map.get_mut(key) {
             Some((last, attempt)) if t - *last < IDLE_SECS => {
-                let wait = f64::from(1u32 << (*attempt).min(MAX_ATTEMPT));
+                let wait = wait_secs(*attempt);
                 let elapsed = t - *last;
                 if elapsed < wait {
                     waiting(wait - elapsed)
@@ -139,6 +139,11 @@ impl Backoff {
     pub fn clear(&self, key: &str) {
         self.shards[shard_of(key, SHARDS)].lock().remove(key);
     }
+}
+
+/// `2^attempt` seconds, the attempt capped (D26).
+fn wait_secs(attempt: u32) -> f64 {
+    f64::from(1u32 << attempt.min(MAX_ATTEMPT))
 }
 
 fn waiting(remaining: f64) -> Failure {
