@@ -19,7 +19,7 @@ use crate::http::json::Obj;
 use crate::http::params::{NumVal, Params};
 use crate::http::response::ApiError;
 use crate::http::router::Ep;
-use crate::store::users::{mutation_writes, UserState};
+use crate::store::users::{mutation_writes, UserState, WriteGuard};
 
 /// One request as a handler sees it.
 pub struct Rq {
@@ -149,8 +149,16 @@ where
 {
     let guard = app.users.lock(rq.user_id()?).await?;
     let cur = guard.current.clone().ok_or_else(no_tree)?;
+    mutate_locked(guard, cur, rq.now(), f).await
+}
+
+/// [`mutate`] for a caller that already holds the user's lock and has checked the tree exists.
+async fn mutate_locked<F>(guard: WriteGuard<'_>, cur: Arc<UserState>, now: i64, f: F) -> Result<Obj, ApiError>
+where
+    F: FnOnce(&mut Ctx, &UserState) -> Result<Done, ApiError>,
+{
     let mut tree = cur.tree.clone();
-    let mut ctx = Ctx::new(&mut tree, rq.now());
+    let mut ctx = Ctx::new(&mut tree, now);
     let done = f(&mut ctx, &cur)?;
     let (records, dirty) = (std::mem::take(&mut ctx.records), std::mem::take(&mut ctx.dirty));
     if cfg!(debug_assertions) {

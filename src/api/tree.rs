@@ -1,7 +1,7 @@
 //! /add_sub_account, /set_child_allocation, /delete and the listing and finding endpoints
 //! (SPEC 7).
 
-use super::{engine_err, find, integral, millionths, mutate, number, snapshot, Done, Rq};
+use super::{engine_err, find, integral, millionths, mutate, mutate_locked, number, snapshot, Done, Rq};
 use crate::app::App;
 use crate::domain::dates::parse_date;
 use crate::domain::frac::Frac;
@@ -157,24 +157,18 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let user_id = rq.user_id()?.to_string();
     let no_user = || ApiError::new(404, format!("Account for user_id '{user_id}' does not exist."));
     let not_found = || ApiError::new(404, format!("Account with uuid {uuid} not found"));
-    {
-        // The main account removes the whole user: its own commit path.
-        let guard = app.users.lock(&user_id).await?;
-        let cur = guard.current.clone().ok_or_else(no_user)?;
-        let acc = find(&cur.tree, &uuid, not_found)?;
-        if acc.uuid == cur.tree.root {
-            let writes = user_deletion_writes(app.users.store.as_ref(), &cur.user)?;
-            guard.commit(writes, None).await?;
-            return Ok(Obj::new()
-                .str("uuid", &uuid)
-                .str("message", &format!("Account for user_id '{user_id}' deleted successfully.")));
-        }
+    // One lock hold: decide between the whole user and a sub-account, then commit.
+    let guard = app.users.lock(&user_id).await?;
+    let cur = guard.current.clone().ok_or_else(no_user)?;
+    if find(&cur.tree, &uuid, not_found)?.uuid == cur.tree.root {
+        let writes = user_deletion_writes(app.users.store.as_ref(), &cur.user)?;
+        guard.commit(writes, None).await?;
+        return Ok(Obj::new()
+            .str("uuid", &uuid)
+            .str("message", &format!("Account for user_id '{user_id}' deleted successfully.")));
     }
-    let res = mutate(app, rq, |ctx, _| {
+    mutate_locked(guard, cur, rq.now(), |ctx, _| {
         let x = find(ctx.tree, &uuid, not_found)?.uuid;
-        if x == ctx.tree.root {
-            return Err(ApiError::Internal("main account reached the sub-account path".into()));
-        }
         let removed = ctx.delete_sub(x).map_err(engine_err)?;
         Ok(Done {
             fields: Obj::new()
@@ -183,12 +177,7 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             removed,
         })
     })
-    .await;
-    // Between the two lock holds the user may have been deleted by another request.
-    match res {
-        Err(ApiError::Client(404, m, _)) if m == super::NO_TREE => Err(no_user()),
-        other => other,
-    }
+    .await
 }
 
 pub async fn list_child_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
