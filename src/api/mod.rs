@@ -91,10 +91,8 @@ pub async fn call(app: &App, ep: Ep, rq: &Rq) -> Result<Obj, ApiError> {
     }
 }
 
-pub const NO_TREE: &str = "User not found or unauthorized access";
-
 fn no_tree() -> ApiError {
-    ApiError::new(404, NO_TREE)
+    ApiError::new(404, "User not found or unauthorized access")
 }
 
 /// The caller's committed state, or 404 when the caller has no tree.
