@@ -7,7 +7,6 @@
 //!
 //! Run: `cargo bench --bench analytics`
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +21,6 @@ use pfm::domain::frac::Frac;
 use pfm::domain::tree::{fmt_uuid, Account, AccountId, Grand, Kind, Tree};
 use pfm::http::params::Params;
 use pfm::http::router::Ep;
-use pfm::store::users::{mutation_writes, UserState};
 use pfm::store::UserRecord;
 
 const NOW: i64 = 1_752_137_415;
@@ -77,23 +75,24 @@ fn build(deposits: usize) -> Fixture {
         let date = NOW - (i as i64 % 365) * 86_400;
         ctx.deposit(leaves[i % leaves.len()], 1_234, None, "User", "bench", date, Mode::External)
             .expect("deposit");
-        ctx.tree.ledger.deposits += 1_234;
     }
-    let (records, dirty): (Vec<_>, BTreeSet<_>) =
-        (std::mem::take(&mut ctx.records), std::mem::take(&mut ctx.dirty));
-    let store = app.users.store.clone();
-    let user = UserRecord {
-        user_id: "bench".into(),
-        user_no: store.new_user_no().expect("user no"),
-        password_hash: None,
-        role: "user".into(),
-        created_at: NOW,
-        root,
-        ledger: tree.ledger.clone(),
-    };
-    let state = UserState { user, tree };
-    let writes = mutation_writes(&state, &dirty, &records, &[]).expect("writes");
-    rt.block_on(store.commit(writes)).expect("commit");
+    let change = ctx.finish();
+    rt.block_on(async {
+        // The user as /register writes it, then the whole history as one committed mutation.
+        let user = UserRecord {
+            user_id: "bench".into(),
+            user_no: app.users.store.new_user_no().await.expect("user no"),
+            password_hash: None,
+            role: "user".into(),
+            created_at: NOW,
+            root,
+            ledger: Tree::new_user(root, 0).ledger,
+        };
+        let guard = app.users.lock("bench").await.expect("lock");
+        guard.create(user, Tree::new_user(root, 0)).await.expect("create");
+        let guard = app.users.lock("bench").await.expect("lock");
+        guard.commit(change, tree).await.expect("commit");
+    });
     Fixture { main: fmt_uuid(root), child: fmt_uuid(children[0]), app, rt, _dir: dir }
 }
 

@@ -75,3 +75,18 @@ fn a_v1_data_directory_opens_and_answers_as_before() {
     )
     .ok();
 }
+
+#[test]
+fn a_newer_storage_format_refuses_to_start_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path().join("db")).unwrap();
+        db.insert(b"m:format", &[99u8]).unwrap();
+        db.flush().unwrap();
+    }
+    let mut cfg = pfm::config::Config::for_dir(dir.path());
+    cfg.jwt_secret = Some(common::SECRET.into());
+    let clock = std::sync::Arc::new(pfm::clock::ManualClock::at_secs(common::T0));
+    let err = pfm::start(cfg, clock).err().expect("refuses to start").to_string();
+    assert!(err.contains("storage format 99") && err.contains("upgrade pfm"), "{err}");
+}

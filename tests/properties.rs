@@ -90,7 +90,7 @@ impl Model {
         let mut work = self.tree.clone();
         let now = self.now;
         let mut ctx = Ctx::new(&mut work, now);
-        let res: Result<Vec<(AccountId, u64)>, OpError> = (|| {
+        let res: Result<(), OpError> = (|| {
             match op.clone() {
                 Op::Add { parent, alloc, priority, fixed, bill, due_days, freq } => {
                     let p = self.pick(parent);
@@ -100,7 +100,7 @@ impl Model {
                         || ctx.tree.accounts.len() >= MAX_ACCOUNTS
                         || ctx.tree.total_allocation(p) + alloc > ALLOC_ONE
                     {
-                        return Ok(vec![]);
+                        return Ok(());
                     }
                     let kind = if pa.kind == Kind::Main { Kind::Child } else { Kind::Grandchild };
                     let grand = (kind == Kind::Grandchild).then(|| Grand {
@@ -130,13 +130,11 @@ impl Model {
                         now,
                         Mode::External,
                     )?;
-                    ctx.tree.ledger.deposits += i128::from(amount);
                 }
                 Op::Withdraw { acc, amount } => {
                     let x = self.pick(acc);
                     if amount <= ctx.acc(x)?.balance {
                         ctx.withdraw(x, amount, "User", "ch", None, now)?;
-                        ctx.tree.ledger.withdrawals += i128::from(amount);
                     }
                 }
                 Op::Distribute { acc, amount } => {
@@ -176,21 +174,30 @@ impl Model {
                 }
                 Op::Time { .. } => {}
             }
-            Ok(vec![])
+            Ok(())
         })();
         if let Op::Time { days } = op {
             self.now += days * 86_400 + 3_600;
         }
-        let Ok(removed) = res else { return };
-        let records = std::mem::take(&mut ctx.records);
-        for (r, len) in &removed {
+        if res.is_err() {
+            return;
+        }
+        let change = ctx.finish();
+        for (r, len) in &change.removed {
             assert_eq!(self.log.get(r).map_or(0, Vec::len) as u64, *len, "log length of a removed account");
             self.log.remove(r);
         }
-        for (acc, rec) in records {
+        for (acc, seq, rec) in change.records {
             assert!(rec.amount > 0, "non-positive record");
-            self.log.entry(acc).or_default().push(rec);
+            let log = self.log.entry(acc).or_default();
+            assert_eq!(seq, log.len() as u64, "sequence number of a new record");
+            log.push(rec);
         }
+        // The change carries every day row it touched with the tree's new value.
+        for (acc, day, sums) in &change.days {
+            assert_eq!(work.get(*acc).map(|a| a.days.day(*day)), Some(*sums), "day row in the change");
+        }
+        assert_eq!(change.ledger, work.ledger, "ledger in the change");
         self.tree = work;
     }
 

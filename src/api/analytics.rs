@@ -12,7 +12,7 @@ use crate::domain::tree::{
 use crate::http::json::{array, Obj};
 use crate::http::params::{check_len, PVal, Params};
 use crate::http::response::ApiError;
-use crate::store::Store;
+use std::collections::HashMap;
 
 /// Default range start: today minus this many days (D19).
 const DEFAULT_SPAN_DAYS: i64 = 365_000;
@@ -63,23 +63,19 @@ pub fn record_json(r: &TxRecord) -> String {
         .finish()
 }
 
-fn log_json(
-    store: &dyn Store,
-    user_no: u64,
-    tree: &Tree,
-    id: AccountId,
-) -> Result<(usize, String), ApiError> {
-    let len = tree.get(id).map_or(0, |a| a.log_len);
-    let recs = store.read_log(user_no, id, len)?;
-    Ok((recs.len(), array(recs.iter().map(record_json))))
+fn log_json(recs: &[TxRecord]) -> String {
+    array(recs.iter().map(record_json))
 }
 
 pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "uuid is required")?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
-    let (n, logs) = log_json(app.users.store.as_ref(), st.user.user_no, &st.tree, a.uuid)?;
-    Ok(Obj::new().str("uuid", &uuid).int("transaction_count", n as i128).raw("transactions", &logs))
+    let recs = app.users.read_log(&st, a.uuid).await?;
+    Ok(Obj::new()
+        .str("uuid", &uuid)
+        .int("transaction_count", recs.len() as i128)
+        .raw("transactions", &log_json(&recs)))
 }
 
 pub async fn total_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -190,8 +186,8 @@ fn ts_flag(p: &Params) -> Result<bool, ApiError> {
 }
 
 struct TreeQuery<'a> {
-    store: &'a dyn Store,
-    user_no: u64,
+    /// The log of every account of the subtree, read before the tree is rendered.
+    logs: &'a HashMap<AccountId, Vec<TxRecord>>,
     tree: &'a Tree,
     now: i64,
     n_micro: i128,
@@ -204,7 +200,7 @@ impl TreeQuery<'_> {
     fn node(&self, id: AccountId, with_series: bool) -> Result<String, ApiError> {
         let t = self.tree;
         let a = t.get(id).ok_or_else(|| ApiError::Internal("dangling child".into()))?;
-        let (_, logs) = log_json(self.store, self.user_no, t, id)?;
+        let logs = log_json(self.logs.get(&id).map(Vec::as_slice).unwrap_or(&[]));
         let mut children = Obj::new();
         for c in a.children.iter().filter_map(|c| t.get(*c)) {
             children = children.obj(&c.name, Obj::new().str("name", &c.name).str("uuid", &fmt_uuid(c.uuid)));
@@ -280,7 +276,7 @@ impl TreeQuery<'_> {
                 target[(day - from) as usize].add(&s);
             }
             if a.kind == Kind::Grandchild {
-                for (day, r) in a.track.range(from..=to) {
+                for (day, r) in a.track.range(from, to) {
                     debt[(day - from) as usize] += i128::from(r.amount_due);
                 }
             }
@@ -316,9 +312,13 @@ pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         Some(u) => find(&st.tree, u, || ApiError::new(403, "Account not found"))?.uuid,
     };
     let len = to - from + 1;
+    let mut logs = HashMap::new();
+    for acc in st.tree.preorder(id) {
+        logs.insert(acc, app.users.read_log(&st, acc).await?);
+    }
     let q = TreeQuery {
-        store: app.users.store.as_ref(),
-        user_no: st.user.user_no,
+        logs: &logs,
+
         tree: &st.tree,
         now: rq.now(),
         n_micro,

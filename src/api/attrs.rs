@@ -2,7 +2,7 @@
 //! frequency and periods.
 
 use super::tree::{normalise_status, FREQ_MAX_DAYS, PRIORITY_MAX_MICRO};
-use super::{engine_err, find, integral, mutate, number, snapshot, Done, Rq};
+use super::{engine_err, find, integral, mutate, number, snapshot, Rq};
 use crate::app::App;
 use crate::domain::dates::{fmt_due, parse_date};
 use crate::domain::engine::Ctx;
@@ -73,12 +73,10 @@ pub async fn change_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         }
         let (id, name) = (a.uuid, a.name.clone());
         ctx.acc_mut(id).map_err(engine_err)?.status = status.clone();
-        Ok(Done::from(
-            Obj::new()
-                .str("uuid", &uuid)
-                .str("new_status", &status)
-                .str("message", &format!("Account {name} status updated to {status}")),
-        ))
+        Ok(Obj::new()
+            .str("uuid", &uuid)
+            .str("new_status", &status)
+            .str("message", &format!("Account {name} status updated to {status}")))
     })
     .await
 }
@@ -116,12 +114,10 @@ pub async fn set_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let id = a.uuid;
         ctx.acc_mut(id).map_err(engine_err)?.priority = prio;
         let text = fmt_scaled(prio.into(), 6);
-        Ok(Done::from(
-            Obj::new()
-                .str("message", &format!("Priority set to {text}"))
-                .str("uuid", &uuid)
-                .num("priority", &text),
-        ))
+        Ok(Obj::new()
+            .str("message", &format!("Priority set to {text}"))
+            .str("uuid", &uuid)
+            .num("priority", &text))
     })
     .await
 }
@@ -149,12 +145,10 @@ pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let id = grand_id(ctx, &uuid, "Due date only applicable to grandchild accounts")?;
         grand_mut(ctx, id)?.due_date = due;
         let name = ctx.acc(id).map_err(engine_err)?.name.clone();
-        Ok(Done::from(
-            Obj::new()
-                .str("message", &format!("Due date set for {name}"))
-                .str("uuid", &uuid)
-                .opt_str("due_date", due.map(fmt_due).as_deref()),
-        ))
+        Ok(Obj::new()
+            .str("message", &format!("Due date set for {name}"))
+            .str("uuid", &uuid)
+            .opt_str("due_date", due.map(fmt_due).as_deref()))
     })
     .await
 }
@@ -194,9 +188,7 @@ pub async fn set_fixed_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let id = grand_id(ctx, &uuid, "Fixed amount only applicable to grandchild accounts")?;
         grand_mut(ctx, id)?.fixed_amount = fixed;
         let due = recompute_due(ctx, id)?;
-        Ok(Done::from(
-            Obj::new().str("uuid", &uuid).money("fixed_amount", fixed.into()).money("amount_due", due.into()),
-        ))
+        Ok(Obj::new().str("uuid", &uuid).money("fixed_amount", fixed.into()).money("amount_due", due.into()))
     })
     .await
 }
@@ -213,12 +205,10 @@ pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
         grand_mut(ctx, id)?.account_type = t.clone();
-        Ok(Done::from(
-            Obj::new()
-                .str("message", &format!("Account type updated to {t}"))
-                .str("uuid", &uuid)
-                .str("account_type", &t),
-        ))
+        Ok(Obj::new()
+            .str("message", &format!("Account type updated to {t}"))
+            .str("uuid", &uuid)
+            .str("account_type", &t))
     })
     .await
 }
@@ -238,12 +228,10 @@ pub async fn set_freq(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
         grand_mut(ctx, id)?.freq = Some(freq as u32);
         let name = ctx.acc(id).map_err(engine_err)?.name.clone();
-        Ok(Done::from(
-            Obj::new()
-                .str("message", &format!("Frequency for {name} set to {freq}"))
-                .str("uuid", &uuid)
-                .int("freq", freq.into()),
-        ))
+        Ok(Obj::new()
+            .str("message", &format!("Frequency for {name} set to {freq}"))
+            .str("uuid", &uuid)
+            .int("freq", freq.into()))
     })
     .await
 }
@@ -270,12 +258,10 @@ pub async fn set_periods(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         if g.fixed_amount > 0 {
             recompute_due(ctx, id)?;
         }
-        Ok(Done::from(
-            Obj::new()
-                .str("uuid", &uuid)
-                .int("periods", n.into())
-                .str("message", &format!("Number of periods set to {n}")),
-        ))
+        Ok(Obj::new()
+            .str("uuid", &uuid)
+            .int("periods", n.into())
+            .str("message", &format!("Number of periods set to {n}")))
     })
     .await
 }

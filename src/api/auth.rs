@@ -1,8 +1,5 @@
 //! /register, /login, /generate_access_token (SPEC 5).
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-
 use serde_json::{Map, Value};
 
 use super::{number, Rq};
@@ -14,7 +11,6 @@ use crate::domain::tree::Tree;
 use crate::http::json::Obj;
 use crate::http::params::{check_len, money_cents, PVal};
 use crate::http::response::ApiError;
-use crate::store::users::{mutation_writes, UserState};
 use crate::store::UserRecord;
 
 fn valid_user_id(s: &str) -> bool {
@@ -58,18 +54,14 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let tree = Tree::new_user(root, initial);
     let user = UserRecord {
         user_id: user_id.clone(),
-        user_no: app.users.store.new_user_no()?,
+        user_no: app.users.store.new_user_no().await?,
         password_hash,
         role: "user".into(),
         created_at: rq.now(),
         root,
         ledger: tree.ledger.clone(),
     };
-    let state = UserState { user, tree };
-    // A new user is a mutation in which every account is new and nothing is logged yet.
-    let all: BTreeSet<_> = state.tree.accounts.keys().copied().collect();
-    let writes = mutation_writes(&state, &all, &[], &[])?;
-    guard.commit(writes, Some(Arc::new(state))).await?;
+    guard.create(user, tree).await?;
     Ok(Obj::new().str("user_id", &user_id).str("uuid", &crate::domain::tree::fmt_uuid(root)))
 }
 
@@ -83,7 +75,8 @@ pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     if let Some(Failure::Wait(msg, secs)) = app.login_backoff.pending(&user_id, t) {
         return Err(ApiError::TooMany(msg, secs));
     }
-    let record = app.users.store.get_user(&user_id)?;
+    // Through the cache: it holds every acknowledged write, storage may still be applying some.
+    let record = app.users.snapshot(&user_id).await?.map(|s| s.user.clone());
     let hash = record.as_ref().and_then(|r| r.password_hash.clone());
     let ok = app.passwords.verify(password, hash).await.map_err(ApiError::Internal)?;
     let Some(record) = record.filter(|_| ok) else {

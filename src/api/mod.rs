@@ -14,12 +14,12 @@ use crate::app::App;
 use crate::auth::jwt::Identity;
 use crate::domain::engine::{Ctx, OpError};
 use crate::domain::num::Dec;
-use crate::domain::tree::{check_invariants, Account, AccountId, Tree};
+use crate::domain::tree::{check_invariants, Account, Tree};
 use crate::http::json::Obj;
 use crate::http::params::{NumVal, Params};
 use crate::http::response::ApiError;
 use crate::http::router::Ep;
-use crate::store::users::{mutation_writes, UserState, WriteGuard};
+use crate::store::users::{UserState, WriteGuard};
 
 /// One request as a handler sees it.
 pub struct Rq {
@@ -126,24 +126,11 @@ fn engine_err(e: OpError) -> ApiError {
     }
 }
 
-/// What a mutation closure returns: the response fields and the accounts it removed (with
-/// their log lengths).
-pub struct Done {
-    pub fields: Obj,
-    pub removed: Vec<(AccountId, u64)>,
-}
-
-impl From<Obj> for Done {
-    fn from(fields: Obj) -> Self {
-        Done { fields, removed: Vec::new() }
-    }
-}
-
 /// Runs `f` on a working copy of the caller's tree under the caller's lock; on success commits
 /// every change atomically and durably, then publishes the new state. On error nothing changes.
 async fn mutate<F>(app: &App, rq: &Rq, f: F) -> Result<Obj, ApiError>
 where
-    F: FnOnce(&mut Ctx, &UserState) -> Result<Done, ApiError>,
+    F: FnOnce(&mut Ctx, &UserState) -> Result<Obj, ApiError>,
 {
     let guard = app.users.lock(rq.user_id()?).await?;
     let cur = guard.current.clone().ok_or_else(no_tree)?;
@@ -153,21 +140,17 @@ where
 /// [`mutate`] for a caller that already holds the user's lock and has checked the tree exists.
 async fn mutate_locked<F>(guard: WriteGuard<'_>, cur: Arc<UserState>, now: i64, f: F) -> Result<Obj, ApiError>
 where
-    F: FnOnce(&mut Ctx, &UserState) -> Result<Done, ApiError>,
+    F: FnOnce(&mut Ctx, &UserState) -> Result<Obj, ApiError>,
 {
     let mut tree = cur.tree.clone();
     let mut ctx = Ctx::new(&mut tree, now);
-    let done = f(&mut ctx, &cur)?;
-    let (records, dirty) = (std::mem::take(&mut ctx.records), std::mem::take(&mut ctx.dirty));
+    let fields = f(&mut ctx, &cur)?;
+    let change = ctx.finish();
     if cfg!(debug_assertions) {
         check_invariants(&tree).map_err(|e| ApiError::Internal(format!("invariant broken: {e}")))?;
     }
-    let mut user = cur.user.clone();
-    user.ledger = tree.ledger.clone();
-    let next = UserState { user, tree };
-    let writes = mutation_writes(&next, &dirty, &records, &done.removed)?;
-    guard.commit(writes, Some(Arc::new(next))).await?;
-    Ok(done.fields)
+    guard.commit(change, tree).await?;
+    Ok(fields)
 }
 
 /// A number parameter read through its own messages.

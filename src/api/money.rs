@@ -1,6 +1,6 @@
 //! /deposit, /withdraw, /distribute, /move_balance (SPEC 6).
 
-use super::{engine_err, find, mutate, number, op_err, Done, Rq};
+use super::{engine_err, find, mutate, mutate_locked, no_tree, number, op_err, Rq};
 use crate::app::App;
 use crate::domain::dates::parse_date;
 use crate::domain::engine::Mode;
@@ -69,30 +69,29 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = p.req_str("uuid", "uuid is required")?;
     let amount = deposit_amount(p)?;
     let post = posting(p, uuid, rq.now())?;
-    let store = app.users.store.clone();
-    mutate(app, rq, |ctx, cur| {
-        let acc = find(ctx.tree, &post.uuid, || rq.role_not_found("Account not found or unauthorized"))?;
-        let x = acc.uuid;
-        if x == ctx.tree.root {
-            if let Some(id) = &post.txn {
-                if store.main_txid_exists(cur.user.user_no, id)? {
-                    return Err(ApiError::new(
-                        409,
-                        format!("Deposit failed: This deposit has already been made. Transaction ID:{id}"),
-                    ));
-                }
+    let guard = app.users.lock(rq.user_id()?).await?;
+    let cur = guard.current.clone().ok_or_else(no_tree)?;
+    let not_found = || rq.role_not_found("Account not found or unauthorized");
+    // The duplicate check reads storage, so it runs here, under the lock, before the mutation.
+    if find(&cur.tree, &post.uuid, not_found)?.uuid == cur.tree.root {
+        if let Some(id) = &post.txn {
+            if guard.main_txid_exists(id).await? {
+                return Err(ApiError::new(
+                    409,
+                    format!("Deposit failed: This deposit has already been made. Transaction ID:{id}"),
+                ));
             }
         }
+    }
+    mutate_locked(guard, cur, rq.now(), |ctx, _| {
+        let x = find(ctx.tree, &post.uuid, not_found)?.uuid;
         ctx.deposit(x, amount, post.txn.as_deref(), &post.by, &post.channel, post.date, Mode::External)
             .map_err(op_err("Deposit not allowed. Account is not active."))?;
-        ctx.tree.ledger.deposits += i128::from(amount);
         let balance = ctx.acc(x).map_err(engine_err)?.balance;
-        Ok(Done::from(
-            Obj::new()
-                .str("account_uuid", &post.uuid)
-                .money("amount", amount.into())
-                .money("balance", balance.into()),
-        ))
+        Ok(Obj::new()
+            .str("account_uuid", &post.uuid)
+            .money("amount", amount.into())
+            .money("balance", balance.into()))
     })
     .await
 }
@@ -116,9 +115,8 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         }
         ctx.withdraw(x, amount, &post.by, &post.channel, post.txn.as_deref(), post.date)
             .map_err(engine_err)?;
-        ctx.tree.ledger.withdrawals += i128::from(amount);
         let balance = ctx.acc(x).map_err(engine_err)?.balance;
-        Ok(Done::from(Obj::new().str("account_uuid", &post.uuid).money("balance", balance.into())))
+        Ok(Obj::new().str("account_uuid", &post.uuid).money("balance", balance.into()))
     })
     .await
 }
@@ -153,13 +151,11 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         }
         ctx.split(x, amount, txn.as_deref(), &by).map_err(internal)?;
         let balance = ctx.acc(x).map_err(internal)?.balance;
-        Ok(Done::from(
-            Obj::new()
-                .str("account_uuid", &uuid)
-                .str("message", "Amount successifully distributed to children")
-                .money("amount", amount.into())
-                .money("balance", balance.into()),
-        ))
+        Ok(Obj::new()
+            .str("account_uuid", &uuid)
+            .str("message", "Amount successifully distributed to children")
+            .money("amount", amount.into())
+            .money("balance", balance.into()))
     })
     .await
 }
@@ -187,13 +183,11 @@ pub async fn move_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let message = format!("Moved {} from {} to {}", fmt_money(amount.into()), src.name, dst.name);
         let (s, d) = (src.uuid, dst.uuid);
         ctx.transfer(s, d, amount).map_err(op_err("Failed: Deposit not allowed. Account is not active."))?;
-        Ok(Done::from(
-            Obj::new()
-                .str("message", &message)
-                .str("from_uuid", &from)
-                .str("to_uuid", &to)
-                .money("amount", amount.into()),
-        ))
+        Ok(Obj::new()
+            .str("message", &message)
+            .str("from_uuid", &from)
+            .str("to_uuid", &to)
+            .money("amount", amount.into()))
     })
     .await
 }

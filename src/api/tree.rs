@@ -1,7 +1,7 @@
 //! /add_sub_account, /set_child_allocation, /delete and the listing and finding endpoints
 //! (SPEC 7).
 
-use super::{engine_err, find, integral, millionths, mutate, mutate_locked, number, snapshot, Done, Rq};
+use super::{engine_err, find, integral, millionths, mutate, mutate_locked, number, snapshot, Rq};
 use crate::app::App;
 use crate::domain::dates::parse_date;
 use crate::domain::frac::Frac;
@@ -10,7 +10,6 @@ use crate::domain::tree::{fmt_uuid, Account, Grand, Kind, ALLOC_ONE, MAX_ACCOUNT
 use crate::http::json::{array, Obj};
 use crate::http::params::{check_len, money_cents};
 use crate::http::response::ApiError;
-use crate::store::users::user_deletion_writes;
 
 /// Largest priority, in millionths (1e9).
 pub const PRIORITY_MAX_MICRO: i128 = 1_000_000_000_000_000;
@@ -102,13 +101,11 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         acc.priority = priority;
         acc.status = status.clone();
         ctx.attach(acc).map_err(engine_err)?;
-        Ok(Done::from(
-            Obj::new()
-                .str("message", &format!("{name} added under {parent_name}"))
-                .str("uuid", &fmt_uuid(id))
-                .str("child_type", kind.wire())
-                .num("allocation", &fmt_scaled(allocation.into(), 6)),
-        ))
+        Ok(Obj::new()
+            .str("message", &format!("{name} added under {parent_name}"))
+            .str("uuid", &fmt_uuid(id))
+            .str("child_type", kind.wire())
+            .num("allocation", &fmt_scaled(allocation.into(), 6)))
     })
     .await
 }
@@ -140,14 +137,12 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         }
         ctx.set_allocation(cid, allocation).map_err(engine_err)?;
         let total = ctx.tree.total_allocation(pid);
-        Ok(Done::from(
-            Obj::new()
-                .str(
-                    "message",
-                    &format!("Allocation for {child_name} updated to {}", fmt_scaled(allocation.into(), 6)),
-                )
-                .num("total_allocation", &fmt_scaled(total.into(), 6)),
-        ))
+        Ok(Obj::new()
+            .str(
+                "message",
+                &format!("Allocation for {child_name} updated to {}", fmt_scaled(allocation.into(), 6)),
+            )
+            .num("total_allocation", &fmt_scaled(total.into(), 6)))
     })
     .await
 }
@@ -161,21 +156,17 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let guard = app.users.lock(&user_id).await?;
     let cur = guard.current.clone().ok_or_else(no_user)?;
     if find(&cur.tree, &uuid, not_found)?.uuid == cur.tree.root {
-        let writes = user_deletion_writes(app.users.store.as_ref(), &cur.user)?;
-        guard.commit(writes, None).await?;
+        guard.delete_user().await?;
         return Ok(Obj::new()
             .str("uuid", &uuid)
             .str("message", &format!("Account for user_id '{user_id}' deleted successfully.")));
     }
     mutate_locked(guard, cur, rq.now(), |ctx, _| {
         let x = find(ctx.tree, &uuid, not_found)?.uuid;
-        let removed = ctx.delete_sub(x).map_err(engine_err)?;
-        Ok(Done {
-            fields: Obj::new()
-                .str("uuid", &uuid)
-                .str("message", &format!("Account with UUID '{uuid}' deleted successfully.")),
-            removed,
-        })
+        ctx.delete_sub(x).map_err(engine_err)?;
+        Ok(Obj::new()
+            .str("uuid", &uuid)
+            .str("message", &format!("Account with UUID '{uuid}' deleted successfully.")))
     })
     .await
 }

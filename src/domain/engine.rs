@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::dates::{day_of, DAY_SECS};
-use super::tree::{Account, AccountId, DaySums, Kind, TrackRow, Tree};
+use super::tree::{Account, AccountId, DaySums, Kind, Ledger, TrackRow, Tree};
 
 /// One transaction record (SPEC 2.6).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -64,11 +64,80 @@ pub struct Ctx<'a> {
     pub records: Vec<(AccountId, TxRecord)>,
     /// Accounts whose stored form changed.
     pub dirty: BTreeSet<AccountId>,
+    /// Day rows written: (account, day).
+    days: BTreeSet<(AccountId, i64)>,
+    /// Tracker rows written: (account, day).
+    track_days: BTreeSet<(AccountId, i64)>,
+    /// Accounts removed, with the length of their logs.
+    removed: Vec<(AccountId, u64)>,
+}
+
+/// Everything one mutation changed, in domain terms: what a storage engine commits atomically.
+/// Values are absolute (the state after the mutation), so applying a change twice is harmless.
+#[derive(Debug, Clone, Default)]
+pub struct Change {
+    /// Accounts created or changed, in their new state.
+    pub accounts: Vec<Arc<Account>>,
+    /// Accounts removed, with their log lengths (their log rows are deleted by computed keys).
+    pub removed: Vec<(AccountId, u64)>,
+    /// New log records: account, sequence number in that account's log, record.
+    pub records: Vec<(AccountId, u64, TxRecord)>,
+    /// Day rows written, with their new sums.
+    pub days: Vec<(AccountId, i64, DaySums)>,
+    /// Tracker rows written.
+    pub track: Vec<(AccountId, i64, TrackRow)>,
+    /// The lifetime ledger after the change (SPEC 13.2 item 10).
+    pub ledger: Ledger,
+    /// Transaction ids newly present in the main account's log (the /deposit 409 index).
+    pub main_txids: Vec<String>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(tree: &'a mut Tree, now: i64) -> Self {
-        Ctx { tree, now, records: Vec::new(), dirty: BTreeSet::new() }
+        Ctx {
+            tree,
+            now,
+            records: Vec::new(),
+            dirty: BTreeSet::new(),
+            days: BTreeSet::new(),
+            track_days: BTreeSet::new(),
+            removed: Vec::new(),
+        }
+    }
+
+    /// Everything this mutation changed, read from the working tree.
+    pub fn finish(self) -> Change {
+        let t = &*self.tree;
+        // Records were appended in order; the account's final log_len tells each one's sequence.
+        let mut appended: std::collections::HashMap<AccountId, u64> = std::collections::HashMap::new();
+        for (acc, _) in &self.records {
+            *appended.entry(*acc).or_insert(0) += 1;
+        }
+        let mut next_seq: std::collections::HashMap<AccountId, u64> =
+            appended.into_iter().filter_map(|(acc, n)| t.get(acc).map(|a| (acc, a.log_len - n))).collect();
+        let mut records = Vec::with_capacity(self.records.len());
+        let mut main_txids = Vec::new();
+        for (acc, rec) in self.records {
+            let Some(seq) = next_seq.get_mut(&acc) else { continue };
+            if acc == t.root {
+                main_txids.push(rec.id.clone());
+            }
+            records.push((acc, *seq, rec));
+            *seq += 1;
+        }
+        Change {
+            accounts: self.dirty.iter().filter_map(|id| t.accounts.get(id).cloned()).collect(),
+            removed: self.removed,
+            records,
+            days: self.days.iter().filter_map(|(a, d)| t.get(*a).map(|x| (*a, *d, x.days.day(*d)))).collect(),
+            track: self
+                .track_days
+                .iter()
+                .filter_map(|(a, d)| t.get(*a).and_then(|x| x.track.latest(*d, *d)).map(|r| (*a, *d, r)))
+                .collect(),
+            ledger: t.ledger.clone(),
+            main_txids,
+        }
     }
 
     pub fn acc(&self, id: AccountId) -> Result<&Account, OpError> {
@@ -143,6 +212,7 @@ impl<'a> Ctx<'a> {
         }
         acc.days.add(day_of(date), &sums);
         acc.log_len += 1;
+        self.days.insert((x, day_of(date)));
         self.bubble(x, if deposit { amt } else { -amt }, 0)?;
         let acc = self.acc(x)?;
         let rec = TxRecord {
@@ -191,6 +261,7 @@ impl<'a> Ctx<'a> {
         let a = self.acc_mut(g)?;
         let row = TrackRow { amount_due: a.own_due(), balance: a.balance };
         a.track.insert(day, row);
+        self.track_days.insert((g, day));
         Ok(())
     }
 
@@ -244,6 +315,11 @@ impl<'a> Ctx<'a> {
         mode: Mode,
     ) -> Result<(), OpError> {
         let kind = self.acc(x)?.kind;
+        if mode == Mode::External {
+            // Money entering the tree from outside: the conservation ledger counts it here, so no
+            // caller can forget to.
+            self.tree.ledger.deposits += i128::from(a);
+        }
         let checks_status = matches!(mode, Mode::External | Mode::Transfer);
         match kind {
             Kind::Main => self.credit_and_split(x, a, by, channel, id, d, mode),
@@ -396,6 +472,8 @@ impl<'a> Ctx<'a> {
         d: i64,
     ) -> Result<(), OpError> {
         self.debit(x, a, by, channel, id, d)?;
+        // Money leaving the tree: counted by the engine (see `deposit`).
+        self.tree.ledger.withdrawals += i128::from(a);
         self.after_user_debit(x, a)
     }
 
@@ -440,8 +518,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Deletes sub-account `x` and its subtree; its money goes to the parent (10.17).
-    /// Returns the removed accounts with the length of their logs.
-    pub fn delete_sub(&mut self, x: AccountId) -> Result<Vec<(AccountId, u64)>, OpError> {
+    pub fn delete_sub(&mut self, x: AccountId) -> Result<(), OpError> {
         let acc = self.acc(x)?;
         let parent = acc.parent.ok_or(OpError::Internal)?;
         let name = acc.name.clone();
@@ -457,13 +534,16 @@ impl<'a> Ctx<'a> {
             self.tree.accounts.remove(r);
             self.dirty.remove(r);
         }
+        self.days.retain(|(a, _)| self.tree.accounts.contains_key(a));
+        self.track_days.retain(|(a, _)| self.tree.accounts.contains_key(a));
+        self.removed.extend(removed);
         self.bubble(parent, -b, -due)?;
         if b > 0 {
             let b = i64::try_from(b).map_err(|_| OpError::TooLarge)?;
             let now = self.now;
             self.credit(parent, b, "System", &format!("Returned from deleted account {name}"), None, now)?;
         }
-        Ok(removed)
+        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! Pure money and tree logic: no I/O, no clock reads (the caller passes `now`).
 
 pub mod dates;
+pub mod days;
 pub mod engine;
 pub mod frac;
 pub mod num;

@@ -4,11 +4,12 @@
 //! Every account carries, next to its own fields, the subtree totals (balance and amount due) and
 //! per-day sums of the quantities the range queries need, so no read scans transaction history.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::days::{DayLedger, DaySums, TrackLog, TrackRow};
 use super::frac::Frac;
 use super::num::{div_round, fmt_scaled};
 
@@ -38,85 +39,6 @@ impl Kind {
             Kind::Grandchild => "GrandchildAccount",
         }
     }
-}
-
-/// Per-day sums of one account's own records, keyed by the day of the record's `Date`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DaySums {
-    /// Deposits with `By` exactly `User` (total_income).
-    pub dep_user: i128,
-    /// Withdrawals with `By` exactly `User` (spending).
-    pub wd_user: i128,
-    /// All deposits (allocated_amount, own part).
-    pub dep_all: i128,
-    /// Deposits that count for an ancestor's allocated_amount: `By User`, or `By System` with a
-    /// `returned extra allocation-up` channel.
-    pub dep_alloc: i128,
-}
-
-impl DaySums {
-    pub fn add(&mut self, o: &DaySums) {
-        self.dep_user += o.dep_user;
-        self.wd_user += o.wd_user;
-        self.dep_all += o.dep_all;
-        self.dep_alloc += o.dep_alloc;
-    }
-
-    pub fn minus(&self, o: &DaySums) -> DaySums {
-        DaySums {
-            dep_user: self.dep_user - o.dep_user,
-            wd_user: self.wd_user - o.wd_user,
-            dep_all: self.dep_all - o.dep_all,
-            dep_alloc: self.dep_alloc - o.dep_alloc,
-        }
-    }
-}
-
-/// Cumulative per-day sums: the entry of day `d` holds the sums of every day <= `d`, so any
-/// range sum is two O(log days) lookups, whatever the history length. A record dated today
-/// (the common case) updates one entry; a back-dated one updates the entries after it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DayLedger {
-    cum: BTreeMap<i64, DaySums>,
-}
-
-impl DayLedger {
-    pub fn add(&mut self, day: i64, delta: &DaySums) {
-        if !self.cum.contains_key(&day) {
-            let base = self.upto(day);
-            self.cum.insert(day, base);
-        }
-        for (_, v) in self.cum.range_mut(day..) {
-            v.add(delta);
-        }
-    }
-
-    /// Sums of every day <= `day`.
-    pub fn upto(&self, day: i64) -> DaySums {
-        self.cum.range(..=day).next_back().map(|(_, v)| *v).unwrap_or_default()
-    }
-
-    /// Sums over `[from, to]`.
-    pub fn range(&self, from: i64, to: i64) -> DaySums {
-        self.upto(to).minus(&self.upto(from.saturating_sub(1)))
-    }
-
-    /// The per-day sums of the days in `[from, to]` that have records.
-    pub fn daily(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, DaySums)> + '_ {
-        let mut prev = self.upto(from.saturating_sub(1));
-        self.cum.range(from..=to).map(move |(d, v)| {
-            let day = v.minus(&prev);
-            prev = *v;
-            (*d, day)
-        })
-    }
-}
-
-/// The last tracker row of one wall-clock day (only the latest row in a range is ever used).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TrackRow {
-    pub amount_due: i64,
-    pub balance: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,8 +71,12 @@ pub struct Account {
     pub sub_balance: i128,
     /// total_due (10.12), kept current by every amount_due change.
     pub sub_due: i128,
+    /// Per-day sums; stored as day rows of their own, not inside the account row.
+    #[serde(skip)]
     pub days: DayLedger,
-    pub track: BTreeMap<i64, TrackRow>,
+    /// Tracker rows (grandchild-kind only); stored as rows of their own.
+    #[serde(skip)]
+    pub track: TrackLog,
 }
 
 impl Account {
@@ -178,7 +104,7 @@ impl Account {
             sub_balance: 0,
             sub_due,
             days: DayLedger::default(),
-            track: BTreeMap::new(),
+            track: TrackLog::default(),
         }
     }
 
@@ -335,7 +261,7 @@ impl Tree {
             .into_iter()
             .filter_map(|x| self.get(x))
             .filter(|a| a.kind == Kind::Grandchild)
-            .filter_map(|a| a.track.range(from_day..=to_day).next_back().map(|(_, r)| *r))
+            .filter_map(|a| a.track.latest(from_day, to_day))
             .map(|r| i128::from(if due { r.amount_due } else { r.balance }))
             .sum()
     }

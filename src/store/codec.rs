@@ -1,26 +1,64 @@
-//! Value encoding: one format-version byte, then bincode 2 (serde). Keys are fixed-width
-//! big-endian so sled's byte order is the logical order (user, account, sequence).
+//! The sled engine's value encoding and key layout. Every value starts with its format version
+//! byte, then bincode 2 (serde). Keys are fixed-width big-endian so sled's byte order is the
+//! logical order (user, account, sequence or day).
 
 use serde::{de::DeserializeOwned, Serialize};
 
 use super::StoreError;
 
-const FORMAT_V1: u8 = 1;
+/// The first format: account rows carried their whole per-day history (read by `v1`).
+pub const FORMAT_V1: u8 = 1;
+/// Account rows hold only the account; day and tracker aggregates are rows of their own.
+pub const FORMAT_V2: u8 = 2;
+/// The format this binary writes.
+pub const FORMAT: u8 = FORMAT_V2;
 
 pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
-    let mut out = vec![FORMAT_V1];
-    let body = bincode::serde::encode_to_vec(v, bincode::config::standard())
+    let mut out = Vec::with_capacity(64);
+    out.push(FORMAT);
+    bincode::serde::encode_into_std_write(v, &mut out, bincode::config::standard())
         .map_err(|e| StoreError::Codec(e.to_string()))?;
-    out.extend_from_slice(&body);
     Ok(out)
 }
 
+fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, StoreError> {
+    bincode::serde::decode_from_slice(body, bincode::config::standard())
+        .map(|(v, _)| v)
+        .map_err(|e| StoreError::Codec(e.to_string()))
+}
+
+fn version_error(v: Option<&u8>) -> StoreError {
+    match v {
+        Some(v) if *v > FORMAT => StoreError::NewerFormat(format!(
+            "a stored value has format version {v}; this binary reads up to {FORMAT}"
+        )),
+        Some(v) => StoreError::Codec(format!("unexpected format version {v}")),
+        None => StoreError::Codec("empty value".into()),
+    }
+}
+
+/// A value of the current format.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
     match bytes.split_first() {
-        Some((&FORMAT_V1, body)) => bincode::serde::decode_from_slice(body, bincode::config::standard())
-            .map(|(v, _)| v)
-            .map_err(|e| StoreError::Codec(e.to_string())),
-        _ => Err(StoreError::Codec("unknown format version".into())),
+        Some((&FORMAT, body)) => decode_body(body),
+        other => Err(version_error(other.map(|(v, _)| v))),
+    }
+}
+
+/// A value whose shape has not changed since format 1 (user records, log records): rows of
+/// either version are read as they are, so an upgrade never rewrites transaction logs.
+pub fn decode_compat<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
+    match bytes.split_first() {
+        Some((&(FORMAT_V1 | FORMAT_V2), body)) => decode_body(body),
+        other => Err(version_error(other.map(|(v, _)| v))),
+    }
+}
+
+/// A format-1 value.
+pub fn decode_v1<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
+    match bytes.split_first() {
+        Some((&FORMAT_V1, body)) => decode_body(body),
+        other => Err(version_error(other.map(|(v, _)| v))),
     }
 }
 
@@ -28,6 +66,12 @@ pub const USER: u8 = b'u';
 pub const ACCOUNT: u8 = b'a';
 pub const LOG: u8 = b't';
 pub const MAIN_TXID: u8 = b'x';
+pub const DAY: u8 = b'd';
+pub const TRACK: u8 = b'k';
+/// Engine metadata (format version).
+pub const META_FORMAT: &[u8] = b"m:format";
+/// Every per-user tag, for deleting a whole user.
+pub const USER_TAGS: [u8; 5] = [ACCOUNT, LOG, MAIN_TXID, DAY, TRACK];
 
 pub fn user_key(user_id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + user_id.len());
@@ -37,32 +81,69 @@ pub fn user_key(user_id: &str) -> Vec<u8> {
 }
 
 pub fn user_prefix(tag: u8, user_no: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(33);
+    let mut k = Vec::with_capacity(41);
     k.push(tag);
     k.extend_from_slice(&user_no.to_be_bytes());
     k
 }
 
-pub fn account_key(user_no: u64, acc: u128) -> Vec<u8> {
-    let mut k = user_prefix(ACCOUNT, user_no);
+/// `tag` user_no account: the account row, or the prefix of its log, day or tracker rows.
+pub fn account_prefix(tag: u8, user_no: u64, acc: u128) -> Vec<u8> {
+    let mut k = user_prefix(tag, user_no);
     k.extend_from_slice(&acc.to_be_bytes());
     k
 }
 
-pub fn log_prefix(user_no: u64, acc: u128) -> Vec<u8> {
-    let mut k = user_prefix(LOG, user_no);
-    k.extend_from_slice(&acc.to_be_bytes());
-    k
+pub fn account_key(user_no: u64, acc: u128) -> Vec<u8> {
+    account_prefix(ACCOUNT, user_no, acc)
 }
 
 pub fn log_key(user_no: u64, acc: u128, seq: u64) -> Vec<u8> {
-    let mut k = log_prefix(user_no, acc);
+    let mut k = account_prefix(LOG, user_no, acc);
     k.extend_from_slice(&seq.to_be_bytes());
     k
+}
+
+/// A day or tracker row; the day's sign bit is flipped so negative days sort first.
+pub fn day_key(tag: u8, user_no: u64, acc: u128, day: i64) -> Vec<u8> {
+    let mut k = account_prefix(tag, user_no, acc);
+    k.extend_from_slice(&((day as u64) ^ (1 << 63)).to_be_bytes());
+    k
+}
+
+/// The account and day of a day or tracker row key.
+pub fn parse_day_key(k: &[u8]) -> Option<(u128, i64)> {
+    let acc = u128::from_be_bytes(k.get(9..25)?.try_into().ok()?);
+    let day = u64::from_be_bytes(k.get(25..33)?.try_into().ok()?) ^ (1 << 63);
+    Some((acc, day as i64))
 }
 
 pub fn txid_key(user_no: u64, id: &str) -> Vec<u8> {
     let mut k = user_prefix(MAIN_TXID, user_no);
     k.extend_from_slice(id.as_bytes());
     k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn day_keys_sort_by_day_and_parse_back() {
+        let days = [-40_000i64, -1, 0, 1, 20_000];
+        let keys: Vec<_> = days.iter().map(|d| day_key(DAY, 7, 9, *d)).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        for (k, d) in keys.iter().zip(days) {
+            assert_eq!(parse_day_key(k), Some((9, d)));
+        }
+    }
+
+    #[test]
+    fn unknown_versions_are_refused() {
+        let mut v = encode(&5u32).unwrap();
+        assert_eq!(decode::<u32>(&v).unwrap(), 5);
+        v[0] = FORMAT + 1;
+        assert!(matches!(decode::<u32>(&v), Err(StoreError::NewerFormat(_))));
+        assert!(matches!(decode_compat::<u32>(&v), Err(StoreError::NewerFormat(_))));
+    }
 }

@@ -1,17 +1,18 @@
 //! Persistence: the `Store` trait (sled is the default engine), the key and value encoding, and
 //! the per-user cache that serialises writers and hands readers consistent snapshots.
 
-pub mod codec;
+mod codec;
 pub mod sled_store;
 pub mod users;
+mod v1;
 
 use std::future::Future;
 use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::engine::TxRecord;
-use crate::domain::tree::{Account, AccountId, Ledger};
+use crate::domain::engine::{Change, TxRecord};
+use crate::domain::tree::{AccountId, Ledger, Tree};
 
 #[derive(Debug)]
 pub enum StoreError {
@@ -19,6 +20,10 @@ pub enum StoreError {
     Codec(String),
     /// The per-user lock could not be taken within the limit (13.2 item 7).
     LockTimeout,
+    /// The data directory was written by a newer, unknown storage format.
+    NewerFormat(String),
+    /// Stored data fails its checksum or invariants; never silently dropped.
+    Corrupt(String),
 }
 
 impl std::fmt::Display for StoreError {
@@ -27,6 +32,7 @@ impl std::fmt::Display for StoreError {
             StoreError::Engine(e) => write!(f, "storage engine: {e}"),
             StoreError::Codec(e) => write!(f, "codec: {e}"),
             StoreError::LockTimeout => write!(f, "per-user lock wait timed out"),
+            StoreError::NewerFormat(e) | StoreError::Corrupt(e) => f.write_str(e),
         }
     }
 }
@@ -46,28 +52,40 @@ pub struct UserRecord {
     pub ledger: Ledger,
 }
 
-/// One prebuilt write of an atomic commit.
+/// One atomic, durable unit of work for an engine, in domain terms.
 #[derive(Debug, Clone)]
-pub enum Write {
-    Put(Vec<u8>, Vec<u8>),
-    Del(Vec<u8>),
+pub enum Op {
+    /// Creates or updates a user: the user record (with the ledger after the change) and
+    /// everything the mutation changed in its tree.
+    Commit { user: UserRecord, change: Change },
+    /// Removes a user and every row of its tree (main-account deletion).
+    DeleteUser { user: UserRecord },
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What a storage engine must provide. All writes of one request go through one `commit`,
-/// which is atomic and durable when its future resolves.
+/// What a storage engine must provide, in domain terms: no handler builds a key or sees the
+/// encoding. Reads are async so a network engine fits behind the same boundary.
 pub trait Store: Send + Sync + 'static {
-    fn get_user(&self, user_id: &str) -> Result<Option<UserRecord>, StoreError>;
-    fn load_accounts(&self, user_no: u64) -> Result<Vec<Account>, StoreError>;
-    /// The first `upto` records of an account's log, in order.
-    fn read_log(&self, user_no: u64, acc: AccountId, upto: u64) -> Result<Vec<TxRecord>, StoreError>;
-    fn main_txid_exists(&self, user_no: u64, id: &str) -> Result<bool, StoreError>;
-    fn new_user_no(&self) -> Result<u64, StoreError>;
-    /// Keys of every row stored under `prefix` (used to delete logs of deleted accounts).
-    fn keys_with_prefix(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError>;
-    /// Applies `writes` atomically and resolves once they are on stable storage.
-    fn commit(&self, writes: Vec<Write>) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// A user's record and whole tree (accounts with their day and tracker aggregates).
+    fn load_user<'a>(
+        &'a self,
+        user_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>>;
+    /// Records `[from, to)` of an account's log, in order.
+    fn read_log(
+        &self,
+        user_no: u64,
+        acc: AccountId,
+        from: u64,
+        to: u64,
+    ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>>;
+    /// Whether `id` is a transaction id in the main account's log of `user_no`.
+    fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// A user number never used before.
+    fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
+    /// Applies `op` atomically; resolves once it is on stable storage.
+    fn commit(&self, op: Op) -> BoxFuture<'_, Result<(), StoreError>>;
     /// Flushes everything (shutdown).
     fn flush(&self) -> Result<(), StoreError>;
 }

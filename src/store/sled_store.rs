@@ -1,14 +1,18 @@
-//! The sled engine: one sled tree holds every row, so one request's writes are one atomic
-//! `apply_batch`; concurrent committers share flushes (group commit).
+//! The sled engine: one sled tree holds every row, so one operation's writes are one atomic
+//! `apply_batch`; concurrent committers share flushes (group commit). Key layout and encoding
+//! (`codec`) stay inside this engine.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use crate::domain::engine::TxRecord;
-use crate::domain::tree::{Account, AccountId};
+use crate::domain::engine::{Change, TxRecord};
+use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
 
-use super::codec::{self, decode};
-use super::{BoxFuture, Store, StoreError, UserRecord, Write};
+use super::codec::{self, decode, decode_compat, encode};
+use super::v1::AccountV1;
+use super::{BoxFuture, Op, Store, StoreError, UserRecord};
 
 pub struct SledStore {
     db: sled::Db,
@@ -25,14 +29,69 @@ fn eng(e: sled::Error) -> StoreError {
 }
 
 impl SledStore {
+    /// Opens (or creates) the database under `dir`, migrating an older format in place and
+    /// refusing a newer one.
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
-        let db = sled::Config::new().path(dir.join("db")).open().map_err(eng)?;
-        Ok(SledStore {
+        let path = dir.join("db");
+        let db = sled::Config::new().path(&path).open().map_err(eng)?;
+        let store = SledStore {
             db,
             applied: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             flush_lock: tokio::sync::Mutex::new(()),
-        })
+        };
+        store.check_format(&path)?;
+        Ok(store)
+    }
+
+    fn check_format(&self, path: &Path) -> Result<(), StoreError> {
+        let stored = self.db.get(codec::META_FORMAT).map_err(eng)?.map(|v| v.first().copied().unwrap_or(0));
+        match stored {
+            Some(v) if v == codec::FORMAT => Ok(()),
+            Some(v) if v > codec::FORMAT => Err(StoreError::NewerFormat(format!(
+                "{} has storage format {v}, newer than this binary's {}: upgrade pfm",
+                path.display(),
+                codec::FORMAT
+            ))),
+            // No marker: a new directory, or one written by format 1 (which had no marker).
+            _ => {
+                let migrated = self.migrate_v1()?;
+                if migrated > 0 {
+                    tracing::info!(accounts = migrated, path = %path.display(), "migrated storage format 1 to 2");
+                }
+                self.db.insert(codec::META_FORMAT, &[codec::FORMAT]).map_err(eng)?;
+                self.db.flush().map_err(eng)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Rewrites every format 1 account row as an account row plus day and tracker rows, one
+    /// account per atomic batch; rows already migrated (format 2) are skipped, so an interrupted
+    /// migration simply resumes.
+    fn migrate_v1(&self) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for kv in self.db.scan_prefix([codec::ACCOUNT]) {
+            let (k, v) = kv.map_err(eng)?;
+            if v.first() != Some(&codec::FORMAT_V1) {
+                continue;
+            }
+            let user_no = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+            let user_no = user_no.ok_or_else(|| StoreError::Corrupt(format!("bad account key {k:?}")))?;
+            let m = codec::decode_v1::<AccountV1>(&v)?.migrate();
+            let mut batch = sled::Batch::default();
+            let id = m.account.uuid;
+            for (day, sums) in &m.days {
+                batch.insert(codec::day_key(codec::DAY, user_no, id, *day), encode(sums)?);
+            }
+            for (day, row) in &m.track {
+                batch.insert(codec::day_key(codec::TRACK, user_no, id, *day), encode(row)?);
+            }
+            batch.insert(k, encode(&m.account)?);
+            self.db.apply_batch(batch).map_err(eng)?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     async fn group_flush(&self, ticket: u64) -> Result<(), StoreError> {
@@ -49,51 +108,131 @@ impl SledStore {
         self.flushed.fetch_max(covered, Ordering::AcqRel);
         Ok(())
     }
+
+    fn load_sync(&self, user_id: &str) -> Result<Option<(UserRecord, Tree)>, StoreError> {
+        let Some(v) = self.db.get(codec::user_key(user_id)).map_err(eng)? else {
+            return Ok(None);
+        };
+        let user: UserRecord = decode_compat(&v)?;
+        let no = user.user_no;
+        let mut accounts: HashMap<AccountId, Account> = HashMap::new();
+        for kv in self.db.scan_prefix(codec::user_prefix(codec::ACCOUNT, no)) {
+            let a: Account = decode(&kv.map_err(eng)?.1)?;
+            accounts.insert(a.uuid, a);
+        }
+        for kv in self.db.scan_prefix(codec::user_prefix(codec::DAY, no)) {
+            let (k, v) = kv.map_err(eng)?;
+            let (acc, day) =
+                codec::parse_day_key(&k).ok_or_else(|| StoreError::Corrupt("bad day key".into()))?;
+            let sums: DaySums = decode(&v)?;
+            if let Some(a) = accounts.get_mut(&acc) {
+                a.days.add(day, &sums);
+            }
+        }
+        for kv in self.db.scan_prefix(codec::user_prefix(codec::TRACK, no)) {
+            let (k, v) = kv.map_err(eng)?;
+            let (acc, day) =
+                codec::parse_day_key(&k).ok_or_else(|| StoreError::Corrupt("bad tracker key".into()))?;
+            let row: TrackRow = decode(&v)?;
+            if let Some(a) = accounts.get_mut(&acc) {
+                a.track.insert(day, row);
+            }
+        }
+        let tree = Tree {
+            root: user.root,
+            accounts: accounts.into_iter().map(|(id, a)| (id, Arc::new(a))).collect(),
+            ledger: user.ledger.clone(),
+        };
+        Ok(Some((user, tree)))
+    }
+
+    /// The rows of `op`, as one sled batch.
+    fn batch(&self, op: &Op) -> Result<sled::Batch, StoreError> {
+        let mut b = sled::Batch::default();
+        match op {
+            Op::Commit { user, change } => {
+                b.insert(codec::user_key(&user.user_id), encode(user)?);
+                self.change_rows(&mut b, user.user_no, change)?;
+            }
+            Op::DeleteUser { user } => {
+                b.remove(codec::user_key(&user.user_id));
+                for tag in codec::USER_TAGS {
+                    for k in self.db.scan_prefix(codec::user_prefix(tag, user.user_no)).keys() {
+                        b.remove(k.map_err(eng)?);
+                    }
+                }
+            }
+        }
+        Ok(b)
+    }
+
+    fn change_rows(&self, b: &mut sled::Batch, no: u64, c: &Change) -> Result<(), StoreError> {
+        for a in &c.accounts {
+            b.insert(codec::account_key(no, a.uuid), encode(&**a)?);
+        }
+        for (acc, seq, rec) in &c.records {
+            b.insert(codec::log_key(no, *acc, *seq), encode(rec)?);
+        }
+        for id in &c.main_txids {
+            b.insert(codec::txid_key(no, id), Vec::new());
+        }
+        for (acc, day, sums) in &c.days {
+            b.insert(codec::day_key(codec::DAY, no, *acc, *day), encode(sums)?);
+        }
+        for (acc, day, row) in &c.track {
+            b.insert(codec::day_key(codec::TRACK, no, *acc, *day), encode(row)?);
+        }
+        for (id, log_len) in &c.removed {
+            b.remove(codec::account_key(no, *id));
+            // Log keys are computed from the log length: deleting never reads the log.
+            for seq in 0..*log_len {
+                b.remove(codec::log_key(no, *id, seq));
+            }
+            // Day and tracker rows are few (one per day with activity); their keys are listed.
+            for tag in [codec::DAY, codec::TRACK] {
+                for k in self.db.scan_prefix(codec::account_prefix(tag, no, *id)).keys() {
+                    b.remove(k.map_err(eng)?);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Store for SledStore {
-    fn get_user(&self, user_id: &str) -> Result<Option<UserRecord>, StoreError> {
-        match self.db.get(codec::user_key(user_id)).map_err(eng)? {
-            Some(v) => decode(&v).map(Some),
-            None => Ok(None),
-        }
+    fn load_user<'a>(
+        &'a self,
+        user_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>> {
+        Box::pin(async move { self.load_sync(user_id) })
     }
 
-    fn load_accounts(&self, user_no: u64) -> Result<Vec<Account>, StoreError> {
-        self.db
-            .scan_prefix(codec::user_prefix(codec::ACCOUNT, user_no))
-            .map(|kv| kv.map_err(eng).and_then(|(_, v)| decode(&v)))
-            .collect()
-    }
-
-    fn read_log(&self, user_no: u64, acc: AccountId, upto: u64) -> Result<Vec<TxRecord>, StoreError> {
-        let start = codec::log_key(user_no, acc, 0);
-        let end = codec::log_key(user_no, acc, upto);
-        self.db.range(start..end).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode(&v))).collect()
-    }
-
-    fn main_txid_exists(&self, user_no: u64, id: &str) -> Result<bool, StoreError> {
-        self.db.contains_key(codec::txid_key(user_no, id)).map_err(eng)
-    }
-
-    fn new_user_no(&self) -> Result<u64, StoreError> {
-        // +1 so that 0 is never a user number.
-        self.db.generate_id().map(|n| n + 1).map_err(eng)
-    }
-
-    fn keys_with_prefix(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.db.scan_prefix(prefix).keys().map(|k| k.map(|k| k.to_vec()).map_err(eng)).collect()
-    }
-
-    fn commit(&self, writes: Vec<Write>) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn read_log(
+        &self,
+        user_no: u64,
+        acc: AccountId,
+        from: u64,
+        to: u64,
+    ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
         Box::pin(async move {
-            let mut batch = sled::Batch::default();
-            for w in writes {
-                match w {
-                    Write::Put(k, v) => batch.insert(k, v),
-                    Write::Del(k) => batch.remove(k),
-                }
-            }
+            let start = codec::log_key(user_no, acc, from);
+            let end = codec::log_key(user_no, acc, to);
+            self.db.range(start..end).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode_compat(&v))).collect()
+        })
+    }
+
+    fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { self.db.contains_key(codec::txid_key(user_no, id)).map_err(eng) })
+    }
+
+    fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        // +1 so that 0 is never a user number.
+        Box::pin(async move { self.db.generate_id().map(|n| n + 1).map_err(eng) })
+    }
+
+    fn commit(&self, op: Op) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let batch = self.batch(&op)?;
             self.db.apply_batch(batch).map_err(eng)?;
             let ticket = self.applied.fetch_add(1, Ordering::AcqRel) + 1;
             self.group_flush(ticket).await

@@ -3,7 +3,7 @@
 //! for writers (item 5). A snapshot is replaced only after its commit is durable.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,11 +11,10 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::domain::engine::TxRecord;
+use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{AccountId, Tree};
 
-use super::codec::{self, encode};
-use super::{Store, StoreError, UserRecord, Write};
+use super::{Op, Store, StoreError, UserRecord};
 
 /// Per-user lock wait limit (13.2 item 7).
 pub const LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -96,15 +95,9 @@ impl Users {
         s
     }
 
-    fn load(&self, user_id: &str) -> Result<Option<Arc<UserState>>, StoreError> {
-        let Some(user) = self.store.get_user(user_id)? else {
+    async fn load(&self, user_id: &str) -> Result<Option<Arc<UserState>>, StoreError> {
+        let Some((user, tree)) = self.store.load_user(user_id).await? else {
             return Ok(None);
-        };
-        let accounts = self.store.load_accounts(user.user_no)?;
-        let tree = Tree {
-            root: user.root,
-            accounts: accounts.into_iter().map(|a| (a.uuid, Arc::new(a))).collect(),
-            ledger: user.ledger.clone(),
         };
         if let Err(e) = crate::domain::tree::check_invariants(&tree) {
             return Err(StoreError::Codec(format!("stored tree of {user_id} fails invariants: {e}")));
@@ -123,6 +116,12 @@ impl Users {
         Ok(guard.current.clone())
     }
 
+    /// The whole log of account `acc` in the committed state `st` (the two log endpoints).
+    pub async fn read_log(&self, st: &UserState, acc: AccountId) -> Result<Vec<TxRecord>, StoreError> {
+        let len = st.tree.get(acc).map_or(0, |a| a.log_len);
+        self.store.read_log(st.user.user_no, acc, 0, len).await
+    }
+
     /// Takes the user's write lock (FIFO), loading the state if needed.
     pub async fn lock(&self, user_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let slot = self.slot(user_id);
@@ -134,7 +133,7 @@ impl Users {
         let current = match known {
             Some(s) => s,
             None => {
-                let s = self.load(user_id)?;
+                let s = self.load(user_id).await?;
                 *slot.state.write() = Some(s.clone());
                 s
             }
@@ -144,75 +143,51 @@ impl Users {
 }
 
 impl WriteGuard<'_> {
-    /// Commits `writes` durably, then publishes `next` as the user's state.
-    pub async fn commit(self, writes: Vec<Write>, next: Option<Arc<UserState>>) -> Result<(), StoreError> {
-        if let Err(e) = self.users.store.commit(writes).await {
-            // The batch may or may not be on disk: forget the cached state so the next request
-            // reloads whatever storage holds instead of trusting either version.
+    /// Commits a mutation of the current tree durably, then publishes `tree` as the user's
+    /// state. The user record follows the ledger the domain kept in the change.
+    pub async fn commit(self, change: Change, tree: Tree) -> Result<(), StoreError> {
+        let cur = self.current.clone().ok_or_else(|| StoreError::Engine("commit without a user".into()))?;
+        let mut user = cur.user.clone();
+        user.ledger = change.ledger.clone();
+        let next = UserState { user: user.clone(), tree };
+        self.finish(Op::Commit { user, change }, Some(Arc::new(next))).await
+    }
+
+    /// Commits a new user with its first tree (every account new, nothing logged yet).
+    pub async fn create(self, user: UserRecord, tree: Tree) -> Result<(), StoreError> {
+        let change = Change {
+            accounts: tree.accounts.values().cloned().collect(),
+            ledger: tree.ledger.clone(),
+            ..Change::default()
+        };
+        let next = UserState { user: user.clone(), tree };
+        self.finish(Op::Commit { user, change }, Some(Arc::new(next))).await
+    }
+
+    /// Removes the current user and every row of its tree.
+    pub async fn delete_user(self) -> Result<(), StoreError> {
+        let cur = self.current.clone().ok_or_else(|| StoreError::Engine("delete without a user".into()))?;
+        self.finish(Op::DeleteUser { user: cur.user.clone() }, None).await
+    }
+
+    async fn finish(self, op: Op, next: Option<Arc<UserState>>) -> Result<(), StoreError> {
+        if let Err(e) = self.users.store.commit(op).await {
+            // The operation may or may not be on disk: forget the cached state so the next
+            // request reloads whatever storage holds instead of trusting either version.
             *self.slot.state.write() = None;
             return Err(e);
         }
         *self.slot.state.write() = Some(next);
         Ok(())
     }
-}
 
-/// The rows a tree mutation changes: the user record, every dirty account, new log records
-/// (and the main account's id index), and the rows of removed accounts.
-pub fn mutation_writes(
-    state: &UserState,
-    dirty: &BTreeSet<AccountId>,
-    records: &[(AccountId, TxRecord)],
-    removed: &[(AccountId, u64)],
-) -> Result<Vec<Write>, StoreError> {
-    let no = state.user.user_no;
-    let mut w = Vec::with_capacity(dirty.len() + records.len() * 2 + 1);
-    w.push(Write::Put(codec::user_key(&state.user.user_id), encode(&state.user)?));
-    for id in dirty {
-        if let Some(a) = state.tree.get(*id) {
-            w.push(Write::Put(codec::account_key(no, *id), encode(a)?));
+    /// Whether `id` is already in the main account's log (the /deposit 409 check).
+    pub async fn main_txid_exists(&self, id: &str) -> Result<bool, StoreError> {
+        match &self.current {
+            Some(cur) => self.users.store.main_txid_exists(cur.user.user_no, id).await,
+            None => Ok(false),
         }
     }
-    // Records were appended in order; the account's final log_len tells each one's sequence.
-    let mut next_seq: HashMap<AccountId, u64> = HashMap::new();
-    for (acc, _) in records.iter().rev() {
-        *next_seq.entry(*acc).or_insert(0) += 1;
-    }
-    let mut seq: HashMap<AccountId, u64> = HashMap::new();
-    for (acc, n) in &next_seq {
-        let len = state.tree.get(*acc).map_or(0, |a| a.log_len);
-        seq.insert(*acc, len - n);
-    }
-    for (acc, rec) in records {
-        let Some(s) = seq.get_mut(acc) else { continue };
-        if state.tree.get(*acc).is_none() {
-            continue;
-        }
-        w.push(Write::Put(codec::log_key(no, *acc, *s), encode(rec)?));
-        *s += 1;
-        if *acc == state.tree.root {
-            w.push(Write::Put(codec::txid_key(no, &rec.id), Vec::new()));
-        }
-    }
-    // Log keys are computed from the log length: deleting never reads the logs.
-    for (id, log_len) in removed {
-        w.push(Write::Del(codec::account_key(no, *id)));
-        for seq in 0..*log_len {
-            w.push(Write::Del(codec::log_key(no, *id, seq)));
-        }
-    }
-    Ok(w)
-}
-
-/// Every row of a user (main-account deletion).
-pub fn user_deletion_writes(store: &dyn Store, user: &UserRecord) -> Result<Vec<Write>, StoreError> {
-    let mut w = vec![Write::Del(codec::user_key(&user.user_id))];
-    for tag in [codec::ACCOUNT, codec::LOG, codec::MAIN_TXID] {
-        for k in store.keys_with_prefix(&codec::user_prefix(tag, user.user_no))? {
-            w.push(Write::Del(k));
-        }
-    }
-    Ok(w)
 }
 
 #[cfg(test)]
