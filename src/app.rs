@@ -8,13 +8,15 @@ use crate::auth::limits::{Backoff, RateLimiter};
 use crate::auth::password::Passwords;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::store::sled_store::SledStore;
+use crate::store::journal::JournalStore;
 use crate::store::users::Users;
 
 pub struct App {
     pub cfg: Config,
     pub clock: Arc<dyn Clock>,
     pub users: Users,
+    /// The embedded engine itself (its test hooks), also behind `users`.
+    pub journal: Arc<JournalStore>,
     pub jwt: Jwt,
     pub passwords: Passwords,
     pub user_limiter: RateLimiter,
@@ -65,9 +67,10 @@ impl App {
             }
             _ => stored_secret(&cfg.data_dir)?,
         };
-        let store = Arc::new(SledStore::open(&cfg.data_dir)?);
+        let store = Arc::new(JournalStore::open(&cfg.data_dir)?);
         Ok(Arc::new(App {
-            users: Users::new(store),
+            users: Users::new(store.clone()),
+            journal: store,
             jwt: Jwt::new(secret.as_bytes()),
             passwords: Passwords::default(),
             user_limiter: RateLimiter::new(cfg.max_requests, cfg.window_size),

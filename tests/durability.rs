@@ -146,3 +146,61 @@ fn lock_wait_timeout_is_a_500_without_side_effects_and_the_server_keeps_serving(
     assert_eq!(s.balance(&tok, &main), "10");
     assert_eq!(s.txs(&tok, &main).len(), 1);
 }
+
+#[test]
+fn a_failed_append_answers_500_changes_nothing_and_writes_resume() {
+    let s = Srv::start();
+    let (tok, main) = s.user("u1", "0");
+    let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
+    s.deposit(&tok, &main, "10").ok();
+    let before = s.get(&tok, "/get_minimal_tree", "").ok().text.clone();
+    let app = s.run.as_ref().unwrap().app.clone();
+    app.journal.fail_next_append();
+    drop(app);
+    let r = s.deposit(&tok, &main, "5");
+    assert_eq!(r.status, 500, "{}", r.text);
+    assert_eq!(r.json["success"], json!(false));
+    // Reads go on, and nothing of the failed deposit is visible, in memory or in storage.
+    let strip = |t: &str| t.split(",\"start_time\"").next().unwrap_or("").to_string();
+    assert_eq!(strip(&s.get(&tok, "/get_minimal_tree", "").ok().text), strip(&before));
+    assert_eq!(s.balance(&tok, &needs), "10");
+    // The next write succeeds on the reloaded state, and everything survives a restart.
+    s.deposit(&tok, &main, "7").ok();
+    assert_eq!(s.balance(&tok, &needs), "17");
+    let mut s = s;
+    s.restart();
+    assert_eq!(s.balance(&tok, &needs), "17");
+    assert_eq!(s.txs(&tok, &main).len(), 4);
+}
+
+#[test]
+fn one_users_concurrent_writes_all_land_in_order_of_acknowledgement() {
+    let s = Srv::start();
+    let (tok, main) = s.user("u1", "0");
+    s.child(&tok, &main, "Needs", json!({"allocation": 1}));
+    std::thread::scope(|sc| {
+        for t in 0..8 {
+            let (s, tok, main) = (&s, &tok, &main);
+            sc.spawn(move || {
+                for i in 0..25 {
+                    let r = s.post(
+                        tok,
+                        "/deposit",
+                        json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": format!("T{t}-{i}")}),
+                    );
+                    r.ok();
+                }
+            });
+        }
+    });
+    let r = s.get(&tok, "/compute_total_balance", &format!("uuid={main}")).ok().n("total_balance");
+    assert_eq!(r, "200");
+    // Every id is in the main log once, and a resend is refused.
+    assert_eq!(s.txs(&tok, &main).len(), 400);
+    s.post(
+        &tok,
+        "/deposit",
+        json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": "T3-7"}),
+    )
+    .fails(409, "Deposit failed: This deposit has already been made. Transaction ID:T3-7");
+}

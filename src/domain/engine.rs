@@ -74,7 +74,7 @@ pub struct Ctx<'a> {
 
 /// Everything one mutation changed, in domain terms: what a storage engine commits atomically.
 /// Values are absolute (the state after the mutation), so applying a change twice is harmless.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Change {
     /// Accounts created or changed, in their new state.
     pub accounts: Vec<Arc<Account>>,

@@ -68,8 +68,9 @@ pub const LOG: u8 = b't';
 pub const MAIN_TXID: u8 = b'x';
 pub const DAY: u8 = b'd';
 pub const TRACK: u8 = b'k';
-/// Engine metadata (format version).
+/// Engine metadata: format version, and the last journal record applied.
 pub const META_FORMAT: &[u8] = b"m:format";
+pub const META_APPLIED: &[u8] = b"m:applied";
 /// Every per-user tag, for deleting a whole user.
 pub const USER_TAGS: [u8; 5] = [ACCOUNT, LOG, MAIN_TXID, DAY, TRACK];
 

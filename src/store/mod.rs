@@ -2,6 +2,7 @@
 //! the per-user cache that serialises writers and hands readers consistent snapshots.
 
 mod codec;
+pub mod journal;
 pub mod sled_store;
 pub mod users;
 mod v1;
@@ -53,7 +54,7 @@ pub struct UserRecord {
 }
 
 /// One atomic, durable unit of work for an engine, in domain terms.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Op {
     /// Creates or updates a user: the user record (with the ledger after the change) and
     /// everything the mutation changed in its tree.
@@ -84,8 +85,16 @@ pub trait Store: Send + Sync + 'static {
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// A user number never used before.
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
-    /// Applies `op` atomically; resolves once it is on stable storage.
-    fn commit(&self, op: Op) -> BoxFuture<'_, Result<(), StoreError>>;
-    /// Flushes everything (shutdown).
+    /// Orders `op` after every operation committed before this call returns, and resolves once
+    /// it is on stable storage. `basis` names the state the operation was computed from: once
+    /// an operation fails, every later operation with the same basis fails too, so nothing built
+    /// on a lost write ever becomes durable.
+    fn commit(&self, op: Op, basis: u64) -> BoxFuture<'static, Result<(), StoreError>>;
+    /// Whether the engine can take writes (readiness).
+    fn healthy(&self) -> bool {
+        true
+    }
+    /// Makes everything committed durable in the engine's final form and stops taking writes
+    /// (shutdown).
     fn flush(&self) -> Result<(), StoreError>;
 }

@@ -1,10 +1,9 @@
-//! The sled engine: one sled tree holds every row, so one operation's writes are one atomic
-//! `apply_batch`; concurrent committers share flushes (group commit). Key layout and encoding
-//! (`codec`) stay inside this engine.
+//! The sled engine: the materialised state under the journal ([`super::journal`]). One sled
+//! tree holds every row, so one operation's rows, with the journal sequence number they come
+//! from, are one atomic `apply_batch`. Key layout and encoding (`codec`) stay inside.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::domain::engine::{Change, TxRecord};
@@ -12,16 +11,10 @@ use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
 
 use super::codec::{self, decode, decode_compat, encode};
 use super::v1::AccountV1;
-use super::{BoxFuture, Op, Store, StoreError, UserRecord};
+use super::{Op, StoreError, UserRecord};
 
 pub struct SledStore {
     db: sled::Db,
-    /// Commits applied to sled so far (a ticket per commit).
-    applied: AtomicU64,
-    /// Highest ticket known to be flushed.
-    flushed: AtomicU64,
-    /// One flusher at a time; waiters whose ticket a finished flush covered skip their own.
-    flush_lock: tokio::sync::Mutex<()>,
 }
 
 fn eng(e: sled::Error) -> StoreError {
@@ -34,12 +27,7 @@ impl SledStore {
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
         let path = dir.join("db");
         let db = sled::Config::new().path(&path).open().map_err(eng)?;
-        let store = SledStore {
-            db,
-            applied: AtomicU64::new(0),
-            flushed: AtomicU64::new(0),
-            flush_lock: tokio::sync::Mutex::new(()),
-        };
+        let store = SledStore { db };
         store.check_format(&path)?;
         Ok(store)
     }
@@ -94,22 +82,50 @@ impl SledStore {
         Ok(n)
     }
 
-    async fn group_flush(&self, ticket: u64) -> Result<(), StoreError> {
-        if self.flushed.load(Ordering::Acquire) >= ticket {
-            return Ok(());
-        }
-        let _g = self.flush_lock.lock().await;
-        if self.flushed.load(Ordering::Acquire) >= ticket {
-            return Ok(());
-        }
-        // Everything applied before this read is covered by the flush below.
-        let covered = self.applied.load(Ordering::Acquire);
-        self.db.flush_async().await.map_err(eng)?;
-        self.flushed.fetch_max(covered, Ordering::AcqRel);
-        Ok(())
+    /// The journal sequence number of the last operation applied.
+    pub fn applied_seq(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .get(codec::META_APPLIED)
+            .map_err(eng)?
+            .and_then(|v| v.as_ref().try_into().ok().map(u64::from_be_bytes))
+            .unwrap_or(0))
     }
 
-    fn load_sync(&self, user_id: &str) -> Result<Option<(UserRecord, Tree)>, StoreError> {
+    /// Applies `op` (journal record `seq`) atomically, without flushing.
+    pub fn apply(&self, op: &Op, seq: u64) -> Result<(), StoreError> {
+        let mut b = self.batch(op)?;
+        b.insert(codec::META_APPLIED, &seq.to_be_bytes());
+        self.db.apply_batch(b).map_err(eng)
+    }
+
+    /// Makes everything applied so far durable in sled.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush().map(|_| ()).map_err(eng)
+    }
+
+    /// A user number never used before (+1 so that 0 never is one).
+    pub fn new_user_no(&self) -> Result<u64, StoreError> {
+        self.db.generate_id().map(|n| n + 1).map_err(eng)
+    }
+
+    pub fn read_log(
+        &self,
+        user_no: u64,
+        acc: AccountId,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<TxRecord>, StoreError> {
+        let start = codec::log_key(user_no, acc, from);
+        let end = codec::log_key(user_no, acc, to);
+        self.db.range(start..end).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode_compat(&v))).collect()
+    }
+
+    pub fn main_txid_exists(&self, user_no: u64, id: &str) -> Result<bool, StoreError> {
+        self.db.contains_key(codec::txid_key(user_no, id)).map_err(eng)
+    }
+
+    pub fn load_user(&self, user_id: &str) -> Result<Option<(UserRecord, Tree)>, StoreError> {
         let Some(v) = self.db.get(codec::user_key(user_id)).map_err(eng)? else {
             return Ok(None);
         };
@@ -196,50 +212,5 @@ impl SledStore {
             }
         }
         Ok(())
-    }
-}
-
-impl Store for SledStore {
-    fn load_user<'a>(
-        &'a self,
-        user_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>> {
-        Box::pin(async move { self.load_sync(user_id) })
-    }
-
-    fn read_log(
-        &self,
-        user_no: u64,
-        acc: AccountId,
-        from: u64,
-        to: u64,
-    ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
-        Box::pin(async move {
-            let start = codec::log_key(user_no, acc, from);
-            let end = codec::log_key(user_no, acc, to);
-            self.db.range(start..end).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode_compat(&v))).collect()
-        })
-    }
-
-    fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move { self.db.contains_key(codec::txid_key(user_no, id)).map_err(eng) })
-    }
-
-    fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        // +1 so that 0 is never a user number.
-        Box::pin(async move { self.db.generate_id().map(|n| n + 1).map_err(eng) })
-    }
-
-    fn commit(&self, op: Op) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let batch = self.batch(&op)?;
-            self.db.apply_batch(batch).map_err(eng)?;
-            let ticket = self.applied.fetch_add(1, Ordering::AcqRel) + 1;
-            self.group_flush(ticket).await
-        })
-    }
-
-    fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush().map(|_| ()).map_err(eng)
     }
 }

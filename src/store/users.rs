@@ -1,6 +1,12 @@
-//! The per-user cache. Each user has a slot with an async FIFO mutex (held by a writer from load
-//! to flush, 13.2 item 4) and the latest committed snapshot, which readers clone without waiting
-//! for writers (item 5). A snapshot is replaced only after its commit is durable.
+//! The per-user cache. Each user has a slot with an async FIFO mutex (13.2 item 4) and two
+//! states: the latest durable one, which readers clone without waiting for writers (item 5), and
+//! the latest produced one, possibly not durable yet, on which the next writer builds.
+//!
+//! A writer holds the lock only to compute its change and queue it in storage, then waits for
+//! durability without it, so one user's writes share flushes instead of paying one each.
+//! Acknowledgements come in queue order; a state is published to readers only once durable and
+//! never replaced by an older one. If a commit fails, both states are dropped (the next request
+//! reloads from storage) and every queued write built on the lost one fails with it.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -23,18 +29,29 @@ const SHARDS: usize = 64;
 /// user is simply loaded again from storage on its next request.
 const SLOTS_PER_SHARD: usize = 2048;
 
-/// A committed user: the record and the tree.
+/// A user's record and tree, as loaded or as produced by a write.
 #[derive(Debug, Clone)]
 pub struct UserState {
     pub user: UserRecord,
     pub tree: Tree,
+    /// The load this state descends from: writes built on a failed write share its basis, so
+    /// storage can refuse them (see [`Store::commit`]).
+    pub basis: u64,
 }
+
+/// `None`: not known; `Some(None)`: known to have no tree.
+type Known = Option<Option<Arc<UserState>>>;
 
 #[derive(Default)]
 struct Slot {
     write: Arc<tokio::sync::Mutex<()>>,
-    /// `None`: not loaded yet; `Some(None)`: known to have no tree.
-    state: RwLock<Option<Option<Arc<UserState>>>>,
+    /// Latest durable state (readers).
+    state: RwLock<Known>,
+    /// Latest produced state (writers); may be ahead of `state` while commits are in flight.
+    pending: Mutex<Known>,
+    /// Generation of the write whose state `state` holds; publishes never go backwards.
+    published: AtomicU64,
+    next_gen: AtomicU64,
 }
 
 pub struct Users {
@@ -43,6 +60,7 @@ pub struct Users {
     slots_per_shard: usize,
     /// Per-user lock wait in milliseconds ([`LOCK_WAIT`] unless a test shortens it).
     lock_wait_ms: AtomicU64,
+    next_basis: AtomicU64,
 }
 
 /// Held by a writer: the user's lock and the state it is working from.
@@ -64,6 +82,7 @@ impl Users {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             slots_per_shard,
             lock_wait_ms: AtomicU64::new(LOCK_WAIT.as_millis() as u64),
+            next_basis: AtomicU64::new(1),
         }
     }
 
@@ -99,10 +118,11 @@ impl Users {
         let Some((user, tree)) = self.store.load_user(user_id).await? else {
             return Ok(None);
         };
+        let basis = self.next_basis.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = crate::domain::tree::check_invariants(&tree) {
             return Err(StoreError::Codec(format!("stored tree of {user_id} fails invariants: {e}")));
         }
-        Ok(Some(Arc::new(UserState { user, tree })))
+        Ok(Some(Arc::new(UserState { user, tree, basis })))
     }
 
     /// The latest committed state of `user_id` (`None`: no such user).
@@ -111,9 +131,23 @@ impl Users {
         if let Some(s) = slot.state.read().as_ref() {
             return Ok(s.clone());
         }
-        // First access: load under the writer lock so no commit interleaves with the load.
-        let guard = self.lock(user_id).await?;
-        Ok(guard.current.clone())
+        // Not known: load under the writer lock so no commit is queued during the load. Storage
+        // answers with every acknowledged write; writes still in flight publish when durable.
+        let _lock = self.take_lock(&slot).await?;
+        if let Some(s) = slot.state.read().as_ref() {
+            return Ok(s.clone());
+        }
+        let s = self.load(user_id).await?;
+        let mut st = slot.state.write();
+        if st.is_none() {
+            *st = Some(s.clone());
+        }
+        Ok(s)
+    }
+
+    async fn take_lock(&self, slot: &Slot) -> Result<tokio::sync::OwnedMutexGuard<()>, StoreError> {
+        let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
+        tokio::time::timeout(wait, slot.write.clone().lock_owned()).await.map_err(|_| StoreError::LockTimeout)
     }
 
     /// The whole log of account `acc` in the committed state `st` (the two log endpoints).
@@ -125,16 +159,14 @@ impl Users {
     /// Takes the user's write lock (FIFO), loading the state if needed.
     pub async fn lock(&self, user_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let slot = self.slot(user_id);
-        let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
-        let lock = tokio::time::timeout(wait, slot.write.clone().lock_owned())
-            .await
-            .map_err(|_| StoreError::LockTimeout)?;
-        let known = slot.state.read().clone();
+        let lock = self.take_lock(&slot).await?;
+        let known = slot.pending.lock().clone().or_else(|| slot.state.read().clone());
         let current = match known {
             Some(s) => s,
             None => {
                 let s = self.load(user_id).await?;
-                *slot.state.write() = Some(s.clone());
+                slot.state.write().get_or_insert_with(|| s.clone());
+                *slot.pending.lock() = Some(s.clone());
                 s
             }
         };
@@ -149,8 +181,8 @@ impl WriteGuard<'_> {
         let cur = self.current.clone().ok_or_else(|| StoreError::Engine("commit without a user".into()))?;
         let mut user = cur.user.clone();
         user.ledger = change.ledger.clone();
-        let next = UserState { user: user.clone(), tree };
-        self.finish(Op::Commit { user, change }, Some(Arc::new(next))).await
+        let next = UserState { user: user.clone(), tree, basis: cur.basis };
+        self.finish(Op::Commit { user, change }, cur.basis, Some(Arc::new(next))).await
     }
 
     /// Commits a new user with its first tree (every account new, nothing logged yet).
@@ -160,24 +192,45 @@ impl WriteGuard<'_> {
             ledger: tree.ledger.clone(),
             ..Change::default()
         };
-        let next = UserState { user: user.clone(), tree };
-        self.finish(Op::Commit { user, change }, Some(Arc::new(next))).await
+        let basis = self.users.next_basis.fetch_add(1, Ordering::Relaxed);
+        let next = UserState { user: user.clone(), tree, basis };
+        self.finish(Op::Commit { user, change }, basis, Some(Arc::new(next))).await
     }
 
     /// Removes the current user and every row of its tree.
     pub async fn delete_user(self) -> Result<(), StoreError> {
         let cur = self.current.clone().ok_or_else(|| StoreError::Engine("delete without a user".into()))?;
-        self.finish(Op::DeleteUser { user: cur.user.clone() }, None).await
+        self.finish(Op::DeleteUser { user: cur.user.clone() }, cur.basis, None).await
     }
 
-    async fn finish(self, op: Op, next: Option<Arc<UserState>>) -> Result<(), StoreError> {
-        if let Err(e) = self.users.store.commit(op).await {
-            // The operation may or may not be on disk: forget the cached state so the next
-            // request reloads whatever storage holds instead of trusting either version.
-            *self.slot.state.write() = None;
+    /// Queues `op` under the lock, makes `next` the state the next writer builds on, releases
+    /// the lock, then waits for durability and publishes `next` to readers.
+    async fn finish(self, op: Op, basis: u64, next: Option<Arc<UserState>>) -> Result<(), StoreError> {
+        let WriteGuard { slot, _lock: lock, users, .. } = self;
+        let gen = slot.next_gen.fetch_add(1, Ordering::Relaxed) + 1;
+        let durable = users.store.commit(op, basis);
+        *slot.pending.lock() = Some(next.clone());
+        drop(lock);
+        if let Err(e) = durable.await {
+            // The operation may or may not be on disk: forget the cached states (unless a newer
+            // load already replaced them) so the next request reloads whatever storage holds.
+            let mut st = slot.state.write();
+            let mut pending = slot.pending.lock();
+            let same = |k: &Known| match k {
+                Some(Some(s)) => s.basis == basis,
+                _ => true,
+            };
+            if same(&pending) {
+                *pending = None;
+                *st = None;
+            }
             return Err(e);
         }
-        *self.slot.state.write() = Some(next);
+        let mut st = slot.state.write();
+        if gen > slot.published.load(Ordering::Relaxed) {
+            slot.published.store(gen, Ordering::Relaxed);
+            *st = Some(next);
+        }
         Ok(())
     }
 
@@ -193,12 +246,12 @@ impl WriteGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sled_store::SledStore;
+    use crate::store::journal::JournalStore;
 
     #[test]
     fn idle_users_are_dropped_from_the_cache_and_reload() {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+        let store: Arc<dyn Store> = Arc::new(JournalStore::open(dir.path()).unwrap());
         let users = Users::with_slots_per_shard(store, 1);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
