@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Write cost against history: two users with the same 9-account tree (main, 2 children, 6
+# grandchildren, two of them fixed-amount envelopes), one fresh and one with DAYS days of
+# back-dated writes (every day: PER_DAY deposits into each of the 9 accounts dated that day, and a
+# withdrawal). Then N deposits dated today into each user's main account, from one connection and
+# from 32, measuring deposits/s and the bytes the server wrote per deposit (/proc/PID/io
+# write_bytes: what reached the block layer, and wchar: what went through write calls, read
+# SETTLE seconds before and after so background flushes are counted).
+# Goal (issue 6): history/fresh <= 1.2x bytes and >= 0.9x throughput.
+# Loopback only, bounded. Usage: scripts/history_bench.sh [N=2000]
+# Env: DAYS (default 700), PER_DAY (default 2), SETTLE (seconds, default 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-2000}
+DAYS=${DAYS:-700}
+PER_DAY=${PER_DAY:-2}
+SETTLE=${SETTLE:-2}
+# The same build as durable_bench.sh, so the two scripts do not rebuild each other's features.
+cargo build --release --bin pfm --example raw_append >/dev/null
+mkdir -p target/bench-tmp
+WORK=$(mktemp -d -p target/bench-tmp history.XXXXXX)
+SECRET=history-bench-secret-history-bench-000
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn \
+  ./target/release/pfm --host 127.0.0.1 --port "$PORT" --data-dir "$WORK/pfm" & PFM=$!
+trap 'kill $PFM 2>/dev/null; wait $PFM 2>/dev/null; rm -rf "$WORK"' EXIT
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/__ping__" && break; sleep 0.1; done
+PY="python3 scripts/pfm_bench.py"
+# User 0 (h0) stays fresh; user 1 (h1) gets the history.
+$PY setup "$PORT" "$SECRET" 2 h tree9 "$WORK/users.json"
+$PY history "$PORT" "$WORK/users.json" 1 --days "$DAYS" --per-day "$PER_DAY"
+: > "$WORK/rows"
+for conns in 1 32; do
+  for u in 0 1; do
+    $PY deposits "$PORT" "$PFM" "$WORK/users.json" "$u" "$N" "$conns" --settle "$SETTLE" >> "$WORK/rows"
+  done
+done
+python3 - "$WORK/rows" "$N" "$DAYS" "$PER_DAY" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"history run: {sys.argv[2]} deposits dated today into main of a 9-account tree; "
+      f"h0 fresh, h1 after {sys.argv[3]} days x ({sys.argv[4]} deposits per account + 1 withdrawal)")
+print(f"{'user':<6} {'conns':>5} {'dep/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'write_bytes/dep':>16} {'wchar/dep':>10}")
+for r in rows:
+    print(f"{r['user']:<6} {r['conns']:>5} {r['rps']:>8.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
+          f"{r['write_bytes']:>16.0f} {r['wchar']:>10.0f}")
+print("ratios history/fresh (goal: bytes <= 1.2, throughput >= 0.9):")
+for fresh, hist in zip(rows[0::2], rows[1::2]):
+    div = lambda a, b: f"{a / b:.2f}" if b else "-"
+    print(f"  {fresh['conns']:>3} conns: write_bytes {div(hist['write_bytes'], fresh['write_bytes'])}, "
+          f"wchar {div(hist['wchar'], fresh['wchar'])}, deposits/s {div(hist['rps'], fresh['rps'])}")
+PY

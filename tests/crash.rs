@@ -1,0 +1,479 @@
+//! Crash safety of the real binary (issue 6, item 5): several users write concurrently (deposits,
+//! withdrawals, transfers, new sub-accounts), the process is killed with SIGKILL at a random
+//! moment mid-load, restarted on the same data directory, and checked:
+//! - every acknowledged (200) write is present: deposit and withdrawal ids in the right log,
+//!   transfers in the source's log, new accounts findable;
+//! - money is conserved per user: the main account's total equals the last checked total plus the
+//!   acknowledged deposits minus the acknowledged withdrawals, plus or minus exactly those
+//!   unacknowledged (in-flight) ones whose record is present, so an operation is all or nothing;
+//! - balances agree with their logs, and every read answers 200.
+//!
+//! `PFM_CRASH_CYCLES` sets the number of kill cycles (default 3; scripts/crash_cycles.sh runs 20),
+//! `PFM_CRASH_SEED` replays a run (the seed is printed on failure).
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+const SECRET: &str = "crash-test-secret-crash-test-secret";
+const USERS: usize = 6;
+const THREADS_PER_USER: usize = 2;
+/// Cents.
+const INITIAL: i64 = 100_000;
+/// New sub-accounts per thread and cycle, so 20 cycles stay under the per-parent child limit.
+const ADDS_PER_CYCLE: usize = 3;
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Small deterministic generator (xorshift64*), so a failing run can be replayed from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+struct Proc {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(dir: &std::path::Path) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
+        .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
+        .arg(dir)
+        .env("JWT_SECRET", SECRET)
+        .env("MAX_REQUESTS", "1000000000")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn pfm");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    // Reads the log on its own thread (so a hung start cannot hang the test) and keeps draining
+    // it afterwards so the child never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if !sent && line.contains("pfm listening") {
+                if let Some(addr) = line.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()) {
+                    sent = tx.send(addr.to_string()).is_ok();
+                }
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(a) => Proc { child, addr: a.parse().expect("socket addr") },
+        Err(e) => {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("pfm did not start listening ({e}); exit {status:?}");
+        }
+    }
+}
+
+/// Why a call has no answer (not sent, or no complete answer): its outcome is unknown.
+#[derive(Debug)]
+struct Lost(String);
+
+fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    tok: &str,
+    body: Option<&Value>,
+) -> Result<(u16, Value), Lost> {
+    let b = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {tok}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+        b.len()
+    );
+    let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| Lost(format!("not sent: {e}")))?;
+    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
+    s.write_all(req.as_bytes()).map_err(|e| Lost(e.to_string()))?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).map_err(|e| Lost(e.to_string()))?;
+    let text = String::from_utf8_lossy(&out);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| Lost(format!("cut: {text:?}")))?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| Lost(format!("status line: {head:?}")))?;
+    let v = serde_json::from_str(body).map_err(|e| Lost(format!("{e}: {body:?}")))?;
+    Ok((status, v))
+}
+
+/// A read after restart: must answer 200; connection failures are retried for a while.
+#[track_caller]
+fn read(addr: SocketAddr, tok: &str, path: &str) -> Value {
+    let mut tries = 0;
+    loop {
+        match call(addr, "GET", path, tok, None) {
+            Ok((200, v)) => return v,
+            Ok((st, v)) => panic!("GET {path} answered {st}: {v}"),
+            Err(e) if tries < 50 => {
+                tries += 1;
+                eprintln!("GET {path}: {e:?}, retrying");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("GET {path}: {e:?}"),
+        }
+    }
+}
+
+#[track_caller]
+fn write_ok(addr: SocketAddr, tok: &str, path: &str, body: Value) -> Value {
+    match call(addr, "POST", path, tok, Some(&body)) {
+        Ok((200, v)) => v,
+        other => panic!("POST {path} {body}: {other:?}"),
+    }
+}
+
+/// Exact cents of a JSON money number (plain decimal text, at most 2 decimals).
+fn cents(v: &Value) -> i64 {
+    let t = v.to_string();
+    let (neg, t) = t.strip_prefix('-').map_or((false, t.as_str()), |r| (true, r));
+    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+    assert!(frac.len() <= 2 && !int.is_empty(), "not money: {v}");
+    let c = int.parse::<i64>().expect("money") * 100 + format!("{frac:0<2}").parse::<i64>().expect("money");
+    if neg {
+        -c
+    } else {
+        c
+    }
+}
+
+fn money(c: i64) -> String {
+    format!("{}.{:02}", c / 100, c % 100)
+}
+
+fn sign(user: &str) -> String {
+    let mut c = Map::new();
+    c.insert("user_id".into(), json!(user));
+    c.insert("role".into(), json!("user"));
+    c.insert("iat".into(), json!(1_752_137_415));
+    pfm::auth::jwt::Jwt::new(SECRET.as_bytes()).sign(&c).expect("sign")
+}
+
+/// One user's tree: main (initial 1000) with children A and B at allocation 0.5 each.
+struct User {
+    tok: String,
+    main: String,
+    a: String,
+    b: String,
+}
+
+impl User {
+    fn account(&self, i: u64) -> &str {
+        [&self.main, &self.a, &self.b][i as usize % 3]
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A deposit into main with a unique transaction number.
+    Deposit { id: String, amount: i64 },
+    /// A withdrawal from one account with a unique transaction number.
+    Withdraw { account: String, id: String, amount: i64 },
+    /// A transfer; counted by the Internal Transfer withdrawals in the source's log.
+    Move { from: String },
+    /// A new inactive sub-account (allocation 0, so no money reaches it).
+    Add { name: String, uuid: Option<String> },
+}
+
+/// What one thread saw: its acknowledged writes, and at most one whose answer never came.
+#[derive(Default)]
+struct Outcome {
+    acked: Vec<Op>,
+    unknown: Option<Op>,
+    /// Why the unknown one got no answer (the kill, normally).
+    why: String,
+    errors: Vec<String>,
+}
+
+fn worker(
+    addr: SocketAddr,
+    user: &User,
+    tag: &str,
+    seed: u64,
+    stop: &AtomicBool,
+    acks: &AtomicU64,
+) -> Outcome {
+    let mut rng = Rng(seed | 1);
+    let mut out = Outcome::default();
+    let mut adds = 0;
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let roll = rng.below(100);
+        let (path, body, op) = if roll < 40 {
+            let (id, amount) = (format!("D{tag}-{n}"), 100 + rng.below(1900) as i64);
+            let body = json!({"uuid": user.main, "amount": money(amount), "channel": "crash", "transaction_number": id});
+            ("/deposit", body, Op::Deposit { id, amount })
+        } else if roll < 65 {
+            let (account, id, amount) =
+                (user.account(rng.next()).to_string(), format!("W{tag}-{n}"), 1 + rng.below(300) as i64);
+            let body = json!({"uuid": account, "amount": money(amount), "channel": "crash", "transaction_number": id});
+            ("/withdraw", body, Op::Withdraw { account, id, amount })
+        } else if roll < 92 || adds >= ADDS_PER_CYCLE {
+            let from = rng.below(3);
+            let to = from + 1 + rng.below(2);
+            let (from, to) = (user.account(from).to_string(), user.account(to).to_string());
+            let body = json!({"from_uuid": from, "to_uuid": to, "amount": money(1 + rng.below(300) as i64)});
+            ("/move_balance", body, Op::Move { from })
+        } else {
+            adds += 1;
+            let name = format!("S{tag}-{n}");
+            let parent = if rng.below(2) == 0 { &user.a } else { &user.b };
+            let body = json!({"parent_uuid": parent, "name": name, "allocation": 0});
+            ("/add_sub_account", body, Op::Add { name, uuid: None })
+        };
+        match call(addr, "POST", path, &user.tok, Some(&body)) {
+            Ok((200, v)) => {
+                let op = match op {
+                    Op::Add { name, .. } => Op::Add { name, uuid: v["uuid"].as_str().map(String::from) },
+                    op => op,
+                };
+                out.acked.push(op);
+                acks.fetch_add(1, Ordering::Relaxed);
+            }
+            // Not enough money in the source: refused, nothing changed.
+            Ok((400, v))
+                if v["error"].as_str().is_some_and(|e| e.starts_with("Failed: Insufficient balance!")) => {}
+            Ok((st, v)) => {
+                out.errors.push(format!("POST {path} {body} answered {st}: {v}"));
+                break;
+            }
+            Err(Lost(why)) => {
+                out.unknown = Some(op);
+                out.why = why;
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Per-user knowledge carried from one check to the next.
+#[derive(Default)]
+struct Model {
+    total: i64,
+    deposits: HashSet<String>,
+    withdrawals: HashSet<(String, String)>,
+    accounts: HashMap<String, String>,
+    /// Accounts whose creation was in flight at a kill and that turned out to exist.
+    accounts_unacked: usize,
+    /// Internal Transfer withdrawals seen in each account's log.
+    moves_out: HashMap<String, usize>,
+}
+
+/// Transaction ids of one log by (type, id), and the log itself.
+fn log(addr: SocketAddr, tok: &str, uuid: &str) -> Vec<Value> {
+    let v = read(addr, tok, &format!("/get_transactions?uuid={uuid}"));
+    let txs = v["transactions"].as_array().cloned().unwrap_or_default();
+    assert_eq!(v["transaction_count"], json!(txs.len()), "transaction_count of {uuid}");
+    txs
+}
+
+fn count(txs: &[Value], kind: &str, id: &str) -> usize {
+    txs.iter().filter(|t| t["Type"] == kind && t["TransactionID"] == id).count()
+}
+
+/// Checks one user after a restart against what its threads saw, then moves the model on.
+fn check(addr: SocketAddr, user: &User, m: &mut Model, seen: &[&Outcome], cycle: usize) {
+    let logs: HashMap<&str, Vec<Value>> =
+        [&user.main, &user.a, &user.b].into_iter().map(|u| (u.as_str(), log(addr, &user.tok, u))).collect();
+    let main_log = &logs[user.main.as_str()];
+    let ctx = format!("cycle {cycle}, user main {}", user.main);
+    let mut expected = m.total;
+    let mut moves_acked: HashMap<&str, usize> = HashMap::new();
+    let mut moves_unknown: HashMap<&str, usize> = HashMap::new();
+    let mut adds_unknown = 0;
+    for o in seen {
+        for op in &o.acked {
+            match op {
+                Op::Deposit { id, amount } => {
+                    assert_eq!(count(main_log, "Deposit", id), 1, "acknowledged deposit {id} lost ({ctx})");
+                    m.deposits.insert(id.clone());
+                    expected += amount;
+                }
+                Op::Withdraw { account, id, amount } => {
+                    let n = count(&logs[account.as_str()], "Withdrawal", id);
+                    assert_eq!(n, 1, "acknowledged withdrawal {id} lost ({ctx})");
+                    m.withdrawals.insert((account.clone(), id.clone()));
+                    expected -= amount;
+                }
+                Op::Move { from } => *moves_acked.entry(from.as_str()).or_default() += 1,
+                Op::Add { name, uuid } => {
+                    let uuid = uuid.clone().expect("add_sub_account answered a uuid");
+                    m.accounts.insert(uuid, name.clone());
+                }
+            }
+        }
+        match &o.unknown {
+            Some(Op::Deposit { id, amount }) => match count(main_log, "Deposit", id) {
+                0 => {}
+                1 => {
+                    m.deposits.insert(id.clone());
+                    expected += amount;
+                }
+                n => panic!("deposit {id} recorded {n} times ({ctx})"),
+            },
+            Some(Op::Withdraw { account, id, amount }) => {
+                match count(&logs[account.as_str()], "Withdrawal", id) {
+                    0 => {}
+                    1 => {
+                        m.withdrawals.insert((account.clone(), id.clone()));
+                        expected -= amount;
+                    }
+                    n => panic!("withdrawal {id} recorded {n} times ({ctx})"),
+                }
+            }
+            Some(Op::Move { from }) => *moves_unknown.entry(from.as_str()).or_default() += 1,
+            Some(Op::Add { .. }) => adds_unknown += 1,
+            None => {}
+        }
+    }
+    // Everything acknowledged in earlier cycles is still there.
+    for id in &m.deposits {
+        assert_eq!(count(main_log, "Deposit", id), 1, "deposit {id} of an earlier cycle lost ({ctx})");
+    }
+    for (account, id) in &m.withdrawals {
+        let n = count(&logs[account.as_str()], "Withdrawal", id);
+        assert_eq!(n, 1, "withdrawal {id} of an earlier cycle lost ({ctx})");
+    }
+    for (uuid, name) in &m.accounts {
+        let v = read(addr, &user.tok, &format!("/find_account_by_uuid?uuid={uuid}"));
+        assert_eq!(v["name"].as_str(), Some(name.as_str()), "account {name} ({ctx})");
+        assert_eq!(cents(&v["total_balance"]), 0, "inactive account {name} holds money ({ctx})");
+    }
+    let all = read(addr, &user.tok, &format!("/list_all_accounts?uuid={}", user.main));
+    let n = all["total_accounts"].as_u64().expect("total_accounts") as usize;
+    let known = 3 + m.accounts.len() + m.accounts_unacked;
+    assert!(
+        n >= known && n <= known + adds_unknown,
+        "{n} accounts, {known} known + {adds_unknown} unknown ({ctx})"
+    );
+    m.accounts_unacked += n - known;
+    // Transfers: each applied one left exactly one Internal Transfer withdrawal in its source.
+    for (uuid, txs) in &logs {
+        let n =
+            txs.iter().filter(|t| t["Type"] == "Withdrawal" && t["Channel"] == "Internal Transfer").count();
+        let before = m.moves_out.get(*uuid).copied().unwrap_or(0);
+        let acked = moves_acked.get(uuid).copied().unwrap_or(0);
+        let unknown = moves_unknown.get(uuid).copied().unwrap_or(0);
+        assert!(
+            n >= before + acked && n <= before + acked + unknown,
+            "transfers out of {uuid}: {n} in the log, {before} before + {acked} acknowledged + {unknown} unknown ({ctx})"
+        );
+        m.moves_out.insert(uuid.to_string(), n);
+    }
+    // Money: the total is exactly what the applied operations make it, and the parts add up.
+    let total =
+        cents(&read(addr, &user.tok, &format!("/compute_total_balance?uuid={}", user.main))["total_balance"]);
+    assert_eq!(total, expected, "money not conserved ({ctx})");
+    let mut parts = 0;
+    for (uuid, txs) in &logs {
+        let f = read(addr, &user.tok, &format!("/find_account_by_uuid?uuid={uuid}"));
+        let own = cents(&f["balance"]);
+        if let Some(last) = txs.last() {
+            assert_eq!(cents(&last["Balance"]), own, "balance of {uuid} disagrees with its log ({ctx})");
+        }
+        parts += if *uuid == user.main { own } else { cents(&f["total_balance"]) };
+    }
+    assert_eq!(parts, total, "main total is not the sum of its parts ({ctx})");
+    m.total = total;
+}
+
+#[test]
+fn acknowledged_writes_survive_kill_9_under_concurrent_load() {
+    let cycles: usize = std::env::var("PFM_CRASH_CYCLES").ok().and_then(|c| c.parse().ok()).unwrap_or(3);
+    let seed: u64 = std::env::var("PFM_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64)
+    });
+    eprintln!("PFM_CRASH_SEED={seed} PFM_CRASH_CYCLES={cycles}");
+    let mut rng = Rng(seed | 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut p = spawn(dir.path());
+    let users: Vec<User> = (0..USERS)
+        .map(|i| {
+            let id = format!("crash{i}");
+            let tok = sign(&id);
+            let v = write_ok(
+                p.addr,
+                &tok,
+                "/register",
+                json!({"user_id": id, "initial_balance": money(INITIAL)}),
+            );
+            let main = v["uuid"].as_str().expect("uuid").to_string();
+            let child = |name: &str| {
+                let body = json!({"parent_uuid": main, "name": name, "allocation": 0.5});
+                write_ok(p.addr, &tok, "/add_sub_account", body)["uuid"].as_str().expect("uuid").to_string()
+            };
+            let (a, b) = (child("A"), child("B"));
+            User { tok, main, a, b }
+        })
+        .collect();
+    let users = Arc::new(users);
+    let mut models: Vec<Model> = (0..USERS).map(|_| Model { total: INITIAL, ..Model::default() }).collect();
+    for cycle in 0..cycles {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks = Arc::new(AtomicU64::new(0));
+        let handles: Vec<_> = (0..USERS * THREADS_PER_USER)
+            .map(|t| {
+                let (users, stop, acks, addr) = (users.clone(), stop.clone(), acks.clone(), p.addr);
+                let s = rng.next();
+                std::thread::spawn(move || {
+                    let u = t / THREADS_PER_USER;
+                    worker(addr, &users[u], &format!("{cycle}.{t}"), s, &stop, &acks)
+                })
+            })
+            .collect();
+        // Kill at a random moment once the load is under way.
+        let started = Instant::now();
+        while acks.load(Ordering::Relaxed) < 30 && started.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(rng.below(1200)));
+        p.child.kill().expect("kill -9");
+        let _ = p.child.wait();
+        stop.store(true, Ordering::Relaxed);
+        let outcomes: Vec<Outcome> = handles.into_iter().map(|h| h.join().expect("worker")).collect();
+        let errors: Vec<&String> = outcomes.iter().flat_map(|o| &o.errors).collect();
+        assert!(errors.is_empty(), "cycle {cycle}, seed {seed}: unexpected answers under load: {errors:#?}");
+        let acked: usize = outcomes.iter().map(|o| o.acked.len()).sum();
+        let unknown = outcomes.iter().filter(|o| o.unknown.is_some()).count();
+        let why: HashSet<&str> = outcomes.iter().map(|o| o.why.as_str()).collect();
+        eprintln!("cycle {cycle}: {acked} acknowledged writes, {unknown} in flight at kill -9 ({why:?})");
+        p = spawn(dir.path());
+        for (u, user) in users.iter().enumerate() {
+            let seen: Vec<&Outcome> =
+                outcomes[u * THREADS_PER_USER..(u + 1) * THREADS_PER_USER].iter().collect();
+            check(p.addr, user, &mut models[u], &seen, cycle);
+        }
+    }
+}
