@@ -45,7 +45,14 @@ fn spawn(dir: &Path) -> Result<(Child, SocketAddr), String> {
             }
         }
     };
-    std::thread::spawn(move || for _ in lines {});
+    // Keep draining the log (so the child never blocks on a full pipe); show its errors.
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if line.contains("ERROR") || line.contains("WARN") {
+                eprintln!("pfm: {line}");
+            }
+        }
+    });
     Ok((child, addr))
 }
 
@@ -145,4 +152,85 @@ fn a_flipped_byte_in_an_acknowledged_record_refuses_to_start() {
     let name = seg.file_name().unwrap().to_string_lossy().to_string();
     assert!(err.contains(&name) && err.contains("offset"), "{err}");
     assert!(!err.contains("exited with exit status: 0"), "{err}");
+}
+
+/// A real full disk (a small tmpfs; needs root, as CI runs): the write that meets it gets a JSON
+/// 5xx and leaves nothing behind, reads go on, and writes resume once space is back.
+#[test]
+fn a_full_disk_fails_the_write_cleanly_and_reads_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    let data = mnt.join("data");
+    let (mut child, addr) = spawn(&data).unwrap();
+    let (tok, main) = write_some(addr, 5);
+    // Fill the disk.
+    let filler = mnt.join("filler");
+    {
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![7u8; 1 << 16];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+    // Appends fill the journal's last page first; keep writing until one needs a new page.
+    let deposit = |i: usize| {
+        let body = json!({"uuid": main, "amount": 2, "channel": "c", "transaction_number": format!("F{i}")});
+        request(addr, "POST", "/deposit", &tok, body)
+    };
+    let mut acked = 5;
+    let failed_at = (0..2_000)
+        .find(|i| {
+            let (st, v) = deposit(*i);
+            if st == 200 {
+                acked += 1;
+                return false;
+            }
+            assert!(st >= 500, "{st} {v}");
+            assert_eq!(v["success"], json!(false), "{v}");
+            assert!(v["error"].is_string(), "{v}");
+            true
+        })
+        .expect("a write failed on the full disk");
+    // Reads go on, and show nothing of the failed write.
+    let balance = (1 + 2 * acked).to_string();
+    let (st, v) = request(addr, "GET", &format!("/get_balance?uuid={main}"), &tok, Value::Null);
+    assert_eq!((st, v["balance"].to_string()), (200, balance), "{v}");
+    // Space back: storage recovers by itself (sled is reopened and caught up with the journal)
+    // and the same deposit goes through within seconds.
+    std::fs::remove_file(&filler).unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        let (st, v) = deposit(failed_at);
+        if st == 200 {
+            break;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(15), "writes did not resume: {st} {v}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    acked += 1;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (mut child, addr) = spawn(&data).expect("restarts");
+    let (_, v) = request(addr, "GET", &format!("/get_transactions?uuid={main}"), &tok, Value::Null);
+    assert_eq!(v["transaction_count"], json!(acked), "{v}");
+    let (_, v) = request(addr, "GET", &format!("/get_balance?uuid={main}"), &tok, Value::Null);
+    assert_eq!(v["balance"].to_string(), (1 + 2 * acked).to_string());
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

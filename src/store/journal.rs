@@ -54,8 +54,10 @@ const MAX_BATCH: usize = 4096;
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// ...or once this much journal was written since the last checkpoint.
 const CHECKPOINT_BYTES: u64 = 128 << 20;
-/// Longest wait of a read for the applier (a stuck applier is an engine error, not a hang).
-const CATCH_UP_LIMIT: Duration = Duration::from_secs(30);
+/// Longest wait of a read for the applier (a stalled applier is an engine error, not a hang).
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(10);
+/// Longest pause between two attempts to bring a failed sled back.
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 struct Entry {
     seq: u64,
@@ -81,7 +83,10 @@ struct Submitter {
 
 /// State shared by the store and its two threads.
 struct Shared {
-    sled: SledStore,
+    /// `None` only while the applier reopens it after a failure.
+    sled: parking_lot::RwLock<Option<SledStore>>,
+    /// The data directory (sled lives under it) and the journal directory.
+    data_dir: PathBuf,
     dir: PathBuf,
     /// Highest sequence number the journal thread has acknowledged or failed.
     handled: AtomicU64,
@@ -92,8 +97,11 @@ struct Shared {
     pending_txids: Mutex<HashMap<u64, HashMap<String, u32>>>,
     /// Closed journal segments: (first sequence number, path), oldest first.
     segments: Mutex<Vec<(u64, PathBuf)>>,
-    /// Set when sled could not apply a durable operation: storage is no longer trusted.
+    /// Set when the journal could not cut a failed append off: its tail is unknown, so it
+    /// takes no more writes until a restart (replay sorts the tail out).
     broken: AtomicBool,
+    /// Set while sled cannot apply durable operations (the applier retries, reopening it).
+    stalled: AtomicBool,
     /// Test hook: the next append fails as a full disk would.
     fail_next_append: AtomicBool,
 }
@@ -229,6 +237,15 @@ fn decode_payload(path: &Path, seq: u64, p: &[u8]) -> Result<Op, StoreError> {
     }
 }
 
+impl Shared {
+    fn with_sled<T>(&self, f: impl FnOnce(&SledStore) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        match self.sled.read().as_ref() {
+            Some(s) => f(s),
+            None => Err(StoreError::Engine("storage is reopening".into())),
+        }
+    }
+}
+
 fn main_txids(op: &Op) -> (u64, &[String]) {
     match op {
         Op::Commit { user, change } => (user.user_no, &change.main_txids),
@@ -243,13 +260,14 @@ impl JournalStore {
         let sled = SledStore::open(dir)?;
         let jdir = dir.join("journal");
         std::fs::create_dir_all(&jdir).map_err(|e| io(&jdir, e))?;
-        let last_seq = replay(&sled, &jdir)?;
+        let last_seq = replay(&sled, &jdir, true)?;
         let next_seq = last_seq + 1;
         let seg = segment_path(&jdir, next_seq);
         let file = OpenOptions::new().create(true).append(true).open(&seg).map_err(|e| io(&seg, e))?;
         sync_dir(&jdir)?;
         let shared = Arc::new(Shared {
-            sled,
+            sled: parking_lot::RwLock::new(Some(sled)),
+            data_dir: dir.to_path_buf(),
             dir: jdir,
             handled: AtomicU64::new(last_seq),
             processed: AtomicU64::new(last_seq),
@@ -257,6 +275,7 @@ impl JournalStore {
             pending_txids: Mutex::new(HashMap::new()),
             segments: Mutex::new(vec![(next_seq, seg.clone())]),
             broken: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
             fail_next_append: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel::<Entry>();
@@ -292,9 +311,6 @@ impl JournalStore {
             if self.shared.processed.load(Ordering::Acquire) >= target {
                 return Ok(());
             }
-            if self.shared.broken.load(Ordering::Acquire) {
-                return Err(StoreError::Engine("storage stopped applying writes".into()));
-            }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Err(StoreError::Engine("storage did not catch up with the journal".into()));
             }
@@ -318,9 +334,10 @@ impl Drop for JournalStore {
 }
 
 /// Applies every journal record after sled's applied sequence number; returns the last
-/// sequence number in the journal (or sled's, if higher). Segments are deleted once sled, flushed,
-/// holds all of them.
-fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
+/// sequence number in the journal (or sled's, if higher). At start (`at_start`), a torn tail is
+/// cut off and the segments are deleted once sled, flushed, holds all of them; while running
+/// (the applier recovering sled), the files are only read: the last one may be mid-append.
+fn replay(sled: &SledStore, jdir: &Path, at_start: bool) -> Result<u64, StoreError> {
     let applied = sled.applied_seq()?;
     let mut segs: Vec<PathBuf> = std::fs::read_dir(jdir)
         .map_err(|e| io(jdir, e))?
@@ -333,6 +350,13 @@ fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
     for (i, path) in segs.iter().enumerate() {
         let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
         let (frames, tail) = parse_segment(path, &bytes, i + 1 == segs.len())?;
+        if !at_start {
+            for f in frames.iter().filter(|f| f.seq > applied) {
+                sled.apply(&decode_payload(path, f.seq, &bytes[f.payload_start..f.end])?, f.seq)?;
+                last = last.max(f.seq);
+            }
+            continue;
+        }
         for f in &frames {
             if f.seq > applied {
                 let op = decode_payload(path, f.seq, &bytes[f.payload_start..f.end])?;
@@ -349,6 +373,9 @@ fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
         }
     }
     sled.flush()?;
+    if !at_start {
+        return Ok(last);
+    }
     for path in &segs {
         std::fs::remove_file(path).map_err(|e| io(path, e))?;
     }
@@ -381,7 +408,7 @@ fn journal_thread(
             batch.into_iter().partition(|e| !poisoned.contains_key(&e.basis));
         let mut failed: Vec<Op> = Vec::new();
         for e in dead {
-            let _ = e.ack.send(Err(StoreError::Engine("an earlier write this one builds on failed".into())));
+            let _ = e.ack.send(Err(StoreError::Refused("an earlier write this one builds on failed".into())));
             failed.push(e.op);
         }
         if live.is_empty() {
@@ -427,14 +454,22 @@ fn journal_thread(
             }
             Err(err) => {
                 tracing::error!(error = %err, file = %path.display(), "journal append failed; the batch is refused");
-                // Cut the partial append off so the file ends on a whole record again.
-                if let Err(e) = file.set_len(len).and_then(|_| file.sync_all()) {
-                    tracing::error!(error = %e, "could not truncate the journal after a failed append");
+                // Cut the partial append off so the file ends on a whole record again: then the
+                // batch is known not to be durable, and the journal goes on.
+                let cut = file.set_len(len).and_then(|_| file.sync_all());
+                if let Err(e) = &cut {
+                    tracing::error!(error = %e, "could not cut a failed append off the journal; refusing writes until restart");
+                    shared.broken.store(true, Ordering::Release);
                 }
                 let msg = format!("journal append failed: {err}");
                 for e in live {
                     poisoned.insert(e.basis, ());
-                    let _ = e.ack.send(Err(StoreError::Engine(msg.clone())));
+                    let r = if cut.is_ok() {
+                        StoreError::Refused(msg.clone())
+                    } else {
+                        StoreError::Engine(msg.clone())
+                    };
+                    let _ = e.ack.send(Err(r));
                     failed.push(e.op);
                 }
                 finish_batch(&shared, &atx, Vec::new(), failed, last_seq, 0);
@@ -464,6 +499,7 @@ fn rotate(shared: &Shared, first_seq: u64) -> Result<(File, PathBuf), StoreError
 }
 
 fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>) {
+    let mut applied = shared.processed.load(Ordering::Acquire);
     let mut since_checkpoint = 0u64;
     let mut last_checkpoint = Instant::now();
     let mut dirty = false;
@@ -475,11 +511,9 @@ fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>) {
         };
         if let Some(h) = h {
             for (seq, op) in &h.durable {
-                if let Err(e) = shared.sled.apply(op, *seq) {
-                    // The operation is durable in the journal and will be replayed at the next
-                    // start; until then storage reads cannot be trusted.
-                    tracing::error!(error = %e, seq, "applying a journal record to sled failed");
-                    shared.broken.store(true, Ordering::Release);
+                // A recovery may already have replayed this record from the journal files.
+                if *seq > applied {
+                    apply_or_recover(&shared, op, *seq, &mut applied);
                 }
             }
             forget_txids(&shared, h.durable.iter().map(|(_, op)| op).chain(h.failed.iter()));
@@ -523,10 +557,61 @@ fn forget_txids<'a>(shared: &Shared, ops: impl Iterator<Item = &'a Op>) {
     }
 }
 
+/// Applies one durable record to sled. If sled fails (a full disk makes sled 0.34 refuse every
+/// later operation), the record stays durable in the journal: the applier keeps retrying, each
+/// time reopening sled and replaying the journal files into it, and storage reads wait (and
+/// time out) meanwhile rather than miss an acknowledged write.
+fn apply_or_recover(shared: &Shared, op: &Op, seq: u64, applied: &mut u64) {
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let res = match shared.sled.read().as_ref() {
+            Some(s) => s.apply(op, seq),
+            None => Err(StoreError::Engine("storage is reopening".into())),
+        };
+        match res {
+            Ok(()) => {
+                *applied = seq;
+                if shared.stalled.swap(false, Ordering::AcqRel) {
+                    tracing::info!(seq, "storage applies the journal again");
+                }
+                return;
+            }
+            Err(e) => {
+                if !shared.stalled.swap(true, Ordering::AcqRel) {
+                    tracing::error!(error = %e, seq, "applying a journal record failed; reopening storage and retrying");
+                }
+            }
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(RETRY_MAX);
+        let mut slot = shared.sled.write();
+        // The old handle must be gone before sled's file lock can be taken again.
+        drop(slot.take());
+        match SledStore::open(&shared.data_dir)
+            .and_then(|s| replay(&s, &shared.dir, false).map(|last| (s, last)))
+        {
+            Ok((s, last)) => {
+                *applied = (*applied).max(s.applied_seq().unwrap_or(0));
+                *slot = Some(s);
+                if *applied >= seq || last >= seq {
+                    shared.stalled.store(false, Ordering::Release);
+                    tracing::info!(seq, "storage reopened and caught up with the journal");
+                    return;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "storage still cannot be reopened"),
+        }
+    }
+}
+
 /// Flushes sled, then deletes every closed segment whose records that flush covers.
 fn checkpoint(shared: &Shared) {
     let covered = shared.processed.load(Ordering::Acquire);
-    if let Err(e) = shared.sled.flush() {
+    let flushed = match shared.sled.read().as_ref() {
+        Some(s) => s.flush(),
+        None => Err(StoreError::Engine("storage is reopening".into())),
+    };
+    if let Err(e) = flushed {
         tracing::error!(error = %e, "sled flush failed; keeping the journal");
         return;
     }
@@ -547,7 +632,7 @@ impl Store for JournalStore {
     ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>> {
         Box::pin(async move {
             self.catch_up().await?;
-            self.shared.sled.load_user(user_id)
+            self.shared.with_sled(|s| s.load_user(user_id))
         })
     }
 
@@ -560,7 +645,7 @@ impl Store for JournalStore {
     ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
         Box::pin(async move {
             self.catch_up().await?;
-            self.shared.sled.read_log(user_no, acc, from, to)
+            self.shared.with_sled(|s| s.read_log(user_no, acc, from, to))
         })
     }
 
@@ -570,12 +655,12 @@ impl Store for JournalStore {
             if self.shared.pending_txids.lock().get(&user_no).is_some_and(|m| m.contains_key(id)) {
                 return Ok(true);
             }
-            self.shared.sled.main_txid_exists(user_no, id)
+            self.shared.with_sled(|s| s.main_txid_exists(user_no, id))
         })
     }
 
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(async move { self.shared.sled.new_user_no() })
+        Box::pin(async move { self.shared.with_sled(|s| s.new_user_no()) })
     }
 
     fn commit(&self, op: Op, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
@@ -609,12 +694,12 @@ impl Store for JournalStore {
     }
 
     fn healthy(&self) -> bool {
-        !self.shared.broken.load(Ordering::Acquire)
+        !self.shared.broken.load(Ordering::Acquire) && !self.shared.stalled.load(Ordering::Acquire)
     }
 
     fn flush(&self) -> Result<(), StoreError> {
         self.stop_threads();
-        self.shared.sled.flush()
+        self.shared.with_sled(|s| s.flush())
     }
 }
 

@@ -25,6 +25,9 @@ pub enum StoreError {
     NewerFormat(String),
     /// Stored data fails its checksum or invariants; never silently dropped.
     Corrupt(String),
+    /// The operation was refused and is known not to be stored (a failed append cut off the
+    /// journal, or a write built on one): the state before it is still exact.
+    Refused(String),
 }
 
 impl std::fmt::Display for StoreError {
@@ -34,6 +37,7 @@ impl std::fmt::Display for StoreError {
             StoreError::Codec(e) => write!(f, "codec: {e}"),
             StoreError::LockTimeout => write!(f, "per-user lock wait timed out"),
             StoreError::NewerFormat(e) | StoreError::Corrupt(e) => f.write_str(e),
+            StoreError::Refused(e) => write!(f, "write refused: {e}"),
         }
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,6 +52,9 @@ struct Slot {
     /// Generation of the write whose state `state` holds; publishes never go backwards.
     published: AtomicU64,
     next_gen: AtomicU64,
+    /// Commits queued and not yet answered; `idle` wakes writers waiting for none.
+    in_flight: AtomicUsize,
+    idle: tokio::sync::Notify,
 }
 
 pub struct Users {
@@ -145,6 +148,20 @@ impl Users {
         Ok(s)
     }
 
+    async fn wait_idle(&self, slot: &Slot) -> Result<(), StoreError> {
+        let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = slot.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if slot.in_flight.load(Ordering::Acquire) == 0 {
+                return Ok(());
+            }
+            tokio::time::timeout_at(deadline, notified).await.map_err(|_| StoreError::LockTimeout)?;
+        }
+    }
+
     async fn take_lock(&self, slot: &Slot) -> Result<tokio::sync::OwnedMutexGuard<()>, StoreError> {
         let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
         tokio::time::timeout(wait, slot.write.clone().lock_owned()).await.map_err(|_| StoreError::LockTimeout)
@@ -160,12 +177,27 @@ impl Users {
     pub async fn lock(&self, user_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let slot = self.slot(user_id);
         let lock = self.take_lock(&slot).await?;
-        let known = slot.pending.lock().clone().or_else(|| slot.state.read().clone());
-        let current = match known {
+        let pending = slot.pending.lock().clone();
+        let current = match pending {
             Some(s) => s,
             None => {
-                let s = self.load(user_id).await?;
-                slot.state.write().get_or_insert_with(|| s.clone());
+                // After a refused write, every earlier write must answer first: then the durable
+                // state is exact, and it is rebased so storage refuses nothing built on it.
+                self.wait_idle(&slot).await?;
+                let durable = slot.state.read().clone();
+                let s = match durable {
+                    Some(Some(st)) => Some(Arc::new(UserState {
+                        user: st.user.clone(),
+                        tree: st.tree.clone(),
+                        basis: self.next_basis.fetch_add(1, Ordering::Relaxed),
+                    })),
+                    Some(None) => None,
+                    None => {
+                        let s = self.load(user_id).await?;
+                        slot.state.write().get_or_insert_with(|| s.clone());
+                        s
+                    }
+                };
                 *slot.pending.lock() = Some(s.clone());
                 s
             }
@@ -208,30 +240,45 @@ impl WriteGuard<'_> {
     async fn finish(self, op: Op, basis: u64, next: Option<Arc<UserState>>) -> Result<(), StoreError> {
         let WriteGuard { slot, _lock: lock, users, .. } = self;
         let gen = slot.next_gen.fetch_add(1, Ordering::Relaxed) + 1;
+        slot.in_flight.fetch_add(1, Ordering::AcqRel);
         let durable = users.store.commit(op, basis);
         *slot.pending.lock() = Some(next.clone());
         drop(lock);
-        if let Err(e) = durable.await {
-            // The operation may or may not be on disk: forget the cached states (unless a newer
-            // load already replaced them) so the next request reloads whatever storage holds.
+        let res = durable.await;
+        {
             let mut st = slot.state.write();
             let mut pending = slot.pending.lock();
-            let same = |k: &Known| match k {
+            let same_basis = |k: &Known| match k {
                 Some(Some(s)) => s.basis == basis,
                 _ => true,
             };
-            if same(&pending) {
-                *pending = None;
-                *st = None;
+            match &res {
+                Ok(()) => {
+                    if gen > slot.published.load(Ordering::Relaxed) {
+                        slot.published.store(gen, Ordering::Relaxed);
+                        *st = Some(next);
+                    }
+                }
+                // Known not stored: the durable state stays exact; writers rebase on it.
+                Err(StoreError::Refused(_)) => {
+                    if same_basis(&pending) {
+                        *pending = None;
+                    }
+                }
+                // The outcome is unknown: forget both states (unless a newer load already
+                // replaced them) so the next request reloads whatever storage holds.
+                Err(_) => {
+                    if same_basis(&pending) {
+                        *pending = None;
+                        *st = None;
+                    }
+                }
             }
-            return Err(e);
         }
-        let mut st = slot.state.write();
-        if gen > slot.published.load(Ordering::Relaxed) {
-            slot.published.store(gen, Ordering::Relaxed);
-            *st = Some(next);
+        if slot.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            slot.idle.notify_waiters();
         }
-        Ok(())
+        res
     }
 
     /// Whether `id` is already in the main account's log (the /deposit 409 check).
