@@ -1,6 +1,6 @@
 // pfm web page: plain JavaScript over the JSON API (SPEC.md). No framework, no build step.
 // Rules kept throughout: user-supplied text goes into the page only through textContent (never
-// innerHTML); the token lives in sessionStorage and travels only in the Authorization header.
+// parsed as HTML); the token lives in sessionStorage and travels only in the Authorization header.
 'use strict';
 
 (function () {

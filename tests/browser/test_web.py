@@ -382,16 +382,21 @@ def run(d):
     wait_for(d, lambda: f"Account for user_id '{USER}' deleted successfully." in text(d, "notice"), "deletion notice")
 
     # ---- the console: no errors except the deliberate 400
-    bad = []
+    bad, seen = [], set()
     for entry in d.get_log("browser"):
         msg = entry.get("message", "")
         if "Content Security Policy" in msg or "Refused to" in msg:
             bad.append(entry)
         elif entry.get("level") == "SEVERE":
-            if entry.get("source") == "network" and any(p.search(msg) for p in EXPECTED_NETWORK_ERRORS):
+            hit = [p for p in EXPECTED_NETWORK_ERRORS if p.search(msg)]
+            if entry.get("source") == "network" and hit:
+                seen.update(p.pattern for p in hit)
                 continue
             bad.append(entry)
     check(not bad, f"console errors: {bad}")
+    # The deliberate failures must show up, or the log capture itself is broken.
+    missing = [p.pattern for p in EXPECTED_NETWORK_ERRORS if p.pattern not in seen]
+    check(not missing, f"console log did not capture the expected entries: {missing}")
 
 
 def main():
