@@ -376,6 +376,14 @@
       fact('Repeats every', n.account_freq === null ? '-' : n.account_freq + ' days');
       fact('Periods', String(n.account_periods));
     }
+    const isEnvelope = n.account_class === 'GrandchildAccount';
+    for (const e of document.querySelectorAll('.envelope-only')) e.hidden = !isEnvelope;
+    if (isEnvelope) {
+      $('env-fixed').value = n.fixed_amount;
+      $('env-due').value = n.due_date ? String(n.due_date).slice(0, 10) : '';
+      $('env-type').value = n.account_type;
+      $('env-freq').value = n.account_freq === null ? '' : n.account_freq;
+    }
     for (const e of document.querySelectorAll('.child-only')) e.hidden = isMain;
     for (const e of document.querySelectorAll('.gc-only')) e.hidden = isMain;
     if (!isMain) {
@@ -629,6 +637,40 @@
       setNotice(r.message + '.');
       await load();
     });
+    // Saves only what changed, one setter per field; stops at the first refusal and shows it.
+    onSubmit($('env-form'), async (v) => {
+      const n = state.nodes.get(state.selected).node;
+      const uuid = n.account_uuid;
+      const done = [];
+      try {
+        await saveEnvelope(v, n, uuid, done);
+      } finally {
+        // Also after a refusal: the fields saved before it are real.
+        if (done.length) await load();
+      }
+      setNotice(done.length ? 'Saved ' + done.join(', ') + ' for ' + n.name + '.' : 'Nothing changed for ' + n.name + '.');
+    });
+    async function saveEnvelope(v, n, uuid, done) {
+      if ((v.fixed_amount || '') !== String(n.fixed_amount)) {
+        await api('POST', '/set_fixed_amount', { uuid, fixed_amount: v.fixed_amount || '' });
+        done.push('fixed amount');
+      }
+      const dueNow = n.due_date ? String(n.due_date).slice(0, 10) : '';
+      if ((v.due_date || '') !== dueNow) {
+        // No due_date at all clears it (SPEC 9.5).
+        await api('POST', '/set_due_date', v.due_date ? { uuid, due_date: v.due_date } : { uuid });
+        done.push('due date');
+      }
+      if ((v.account_type || '') !== n.account_type) {
+        await api('POST', '/set_account_type', { uuid, account_type: v.account_type || '' });
+        done.push('type');
+      }
+      const freqNow = n.account_freq === null ? '' : String(n.account_freq);
+      if ((v.account_freq || '') !== freqNow) {
+        await api('POST', '/set_account_freq', { uuid, account_freq: v.account_freq || '' });
+        done.push('repeat period');
+      }
+    }
     onSubmit($('status-form'), async (v) => {
       const r = await api('POST', '/change_account_status', { uuid: state.selected, status: v.status });
       setNotice(r.message + '.');

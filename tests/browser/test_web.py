@@ -35,11 +35,12 @@ PASSWORD = "correct horse 1"
 WAIT = 10
 
 # The requests the walk makes fail on purpose (a withdrawal over the balance, a second
-# registration): Chromium logs
+# registration, a bad repeat period): Chromium logs
 # every 4xx fetch as a network error; any other error-level console entry fails the test.
 EXPECTED_NETWORK_ERRORS = [
     re.compile(r"/withdraw - Failed to load resource: the server responded with a status of 400"),
     re.compile(r"/register - Failed to load resource: the server responded with a status of 409"),
+    re.compile(r"/set_account_freq - Failed to load resource: the server responded with a status of 400"),
 ]
 
 shot_no = 0
@@ -284,6 +285,21 @@ def run(d):
     li = node_li(d, "Rent")
     check(li.find_element(By.CSS_SELECTOR, ":scope > .node .status").text == "inactive", "a funded envelope is inactive")
 
+    # ---- edit the envelope: a bigger target empties the bar a little; a bad period is refused
+    select_account(d, "Rent")
+    fill(d, "env-fixed", "600")
+    fill(d, "env-freq", "abc")
+    submit(d, "env-form")
+    want = "account_freq must be a positive number"
+    wait_for(d, lambda: form_error(d, "env-form") == want, f"inline error {want!r}")
+    wait_for(d, lambda: envelope(d, "Rent")[0] == 83, "Rent 83% funded after the target grew")
+    check("500.00 of 600.00" in envelope(d, "Rent")[1], envelope(d, "Rent")[1])
+    check(by_id(d, "env-freq").get_attribute("value") == "", "the refused period was not saved")
+    fill(d, "env-freq", "30")
+    submit(d, "env-form")
+    wait_notice(d, r"Saved repeat period for Rent", "env-form")
+    wait_for(d, lambda: "30 days" in text(d, "acct-facts"), "Rent repeats every 30 days")
+
     # ---- change allocation and status
     select_account(d, "Savings")
     fill(d, "al-value", "0.3")
@@ -381,7 +397,7 @@ def run(d):
     wait_for(d, lambda: by_id(d, "auth").is_displayed(), "signed out after deleting the user")
     wait_for(d, lambda: f"Account for user_id '{USER}' deleted successfully." in text(d, "notice"), "deletion notice")
 
-    # ---- the console: no errors except the deliberate 400
+    # ---- the console: no errors except the deliberate 4xx answers
     bad, seen = [], set()
     for entry in d.get_log("browser"):
         msg = entry.get("message", "")
