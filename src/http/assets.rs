@@ -92,11 +92,10 @@ pub fn reply(asset: &'static Asset, headers: &HeaderMap) -> Reply {
     let idx = ASSETS.iter().position(|a| a.path == asset.path).unwrap_or(0);
     let tag = etags().get(idx).cloned().unwrap_or(HeaderValue::from_static("\"0\""));
     let fresh = matches_etag(headers, &tag);
-    let mut r = Reply::json(
-        if fresh { 304 } else { 200 },
-        if fresh { String::new() } else { asset.body.to_string() },
-    );
-    let h: [(HeaderName, HeaderValue); 6] = [
+    let (status, body) = if fresh { (304, String::new()) } else { (200, asset.body.to_string()) };
+    let mut r = Reply::json(status, body);
+    // Reply headers are applied after the JSON default, so this Content-Type wins.
+    let h: [(HeaderName, HeaderValue); 7] = [
         (CONTENT_TYPE, HeaderValue::from_static(asset.content_type)),
         (ETAG, tag),
         // Paths carry no version, so browsers revalidate every time (a cheap 304).
@@ -104,9 +103,10 @@ pub fn reply(asset: &'static Asset, headers: &HeaderMap) -> Reply {
         (hyper::header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP)),
         (hyper::header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
         (hyper::header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+        // For browsers without CSP frame-ancestors.
+        (hyper::header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
     ];
     r.headers.extend(h);
-    r.headers.push((hyper::header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")));
     r
 }
 

@@ -17,6 +17,7 @@ pub enum Pass {
     User(Identity),
 }
 
+/// SPEC 4.1's exempt paths, plus the web page's static files (exact GET paths, no data in them).
 fn is_public(method: &Method, path: &str, headers: &HeaderMap) -> bool {
     matches!(path, "/__ping__" | "/login" | "/generate_access_token")
         || super::assets::find(method, path).is_some()
