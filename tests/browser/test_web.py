@@ -21,7 +21,7 @@ import time
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException, TimeoutException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -68,10 +68,23 @@ def shot(d, name):
 
 
 def wait_for(d, fn, what, timeout=WAIT):
+    # The page re-renders the tree after every change; an element found just before a re-render
+    # goes stale, which only means "look again".
     try:
-        return WebDriverWait(d, timeout).until(lambda _: fn())
+        return WebDriverWait(d, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(lambda _: fn())
     except TimeoutException:
         fail(f"timed out waiting for: {what}")
+
+
+def retry(fn):
+    """Runs a find-then-act step again when a re-render made its element stale."""
+    for attempt in range(5):
+        try:
+            return fn()
+        except StaleElementReferenceException:
+            if attempt == 4:
+                raise
+            time.sleep(0.1)
 
 
 def by_id(d, id_):
@@ -80,6 +93,31 @@ def by_id(d, id_):
 
 def text(d, id_):
     return by_id(d, id_).text
+
+
+# Reads one tree row in a single script run, so a re-render cannot interleave.
+NODE_JS = """
+for (const li of document.querySelectorAll('#tree li')) {
+  const name = li.querySelector(':scope > .node > .acc-name');
+  if (!name || name.textContent !== arguments[0]) continue;
+  const bar = li.querySelector(':scope > .envelope progress');
+  const status = li.querySelector(':scope > .node .status');
+  return {
+    uuid: li.dataset.uuid,
+    balance: li.querySelector(':scope > .node .bal').textContent,
+    status: status ? status.textContent : null,
+    row: li.querySelector(':scope > .node').textContent,
+    bar: bar ? Number(bar.value) : null,
+    envelope: bar ? li.querySelector(':scope > .envelope').textContent : null,
+  };
+}
+return null;
+"""
+
+
+def node(d, name):
+    """The tree row of the account named exactly `name`, as data (None if absent)."""
+    return d.execute_script(NODE_JS, name)
 
 
 def node_li(d, name):
@@ -92,15 +130,29 @@ def node_li(d, name):
 
 
 def node_balance(d, name):
-    li = node_li(d, name)
-    check(li is not None, f"account {name!r} is not in the tree")
-    return li.find_element(By.CSS_SELECTOR, ":scope > .node .bal").text
+    n = node(d, name)
+    check(n is not None, f"account {name!r} is not in the tree")
+    return n["balance"]
+
+
+def press(d, name, part, keys=None):
+    """Clicks (or sends keys to) the toggle or name button of an account's tree row."""
+
+    def go():
+        li = node_li(d, name)
+        check(li is not None, f"account {name!r} is not in the tree")
+        e = li.find_element(By.CSS_SELECTOR, f":scope > .node > {part}")
+        if keys:
+            e.send_keys(keys)
+        else:
+            e.click()
+
+    retry(go)
 
 
 def select_account(d, name):
-    wait_for(d, lambda: node_li(d, name) is not None, f"{name} in tree")
-    btn = node_li(d, name).find_element(By.CSS_SELECTOR, ":scope > .node > .acc-name")
-    btn.click()
+    wait_for(d, lambda: node(d, name) is not None, f"{name} in tree")
+    press(d, name, ".acc-name")
     wait_for(d, lambda: text(d, "acct-name") == name, f"{name} selected")
 
 
@@ -148,13 +200,13 @@ def add_sub(d, parent, name, allocation, fixed=None, due=None):
         d.execute_script("arguments[0].value = arguments[1]", by_id(d, "add-due"), due)
     submit(d, "add-form")
     wait_notice(d, re.escape(f"{name} added under {parent}"), "add-form")
-    wait_for(d, lambda: node_li(d, name) is not None, f"{name} shown in the tree")
+    wait_for(d, lambda: node(d, name) is not None, f"{name} shown in the tree")
 
 
 def envelope(d, name):
-    li = node_li(d, name)
-    bar = li.find_element(By.CSS_SELECTOR, ":scope > .envelope progress")
-    return int(bar.get_attribute("value")), li.find_element(By.CSS_SELECTOR, ":scope > .envelope").text
+    n = node(d, name)
+    check(n is not None and n["bar"] is not None, f"{name} has no envelope bar")
+    return int(n["bar"]), n["envelope"]
 
 
 def api(d, method, path, params):
@@ -171,7 +223,7 @@ def api(d, method, path, params):
 
 
 def uuid_of(d, name):
-    return node_li(d, name).get_attribute("data-uuid")
+    return node(d, name)["uuid"]
 
 
 def run(d):
@@ -223,8 +275,7 @@ def run(d):
     shot(d, "tree-built")
 
     # ---- the script-like name is shown as text, nothing ran
-    li = node_li(d, XSS)
-    check(li is not None, "the script-like account is missing from the tree")
+    check(node(d, XSS) is not None, "the script-like account is missing from the tree")
     check(d.find_elements(By.CSS_SELECTOR, "#tree img, #account img, select img") == [], "an <img> was injected")
     select_account(d, XSS)
     check(by_id(d, "acct-name").get_property("textContent") == XSS, "account heading must show the name as text")
@@ -282,8 +333,7 @@ def run(d):
     wait_notice(d, r"Distributed 500\.00 from Main", "distribute-form")
     wait_for(d, lambda: envelope(d, "Rent")[0] == 100, "Rent fully funded")
     check(node_balance(d, "Rent") == "500.00", f"Rent balance {node_balance(d, 'Rent')}")
-    li = node_li(d, "Rent")
-    check(li.find_element(By.CSS_SELECTOR, ":scope > .node .status").text == "inactive", "a funded envelope is inactive")
+    check(node(d, "Rent")["status"] == "inactive", "a funded envelope is inactive")
 
     # ---- edit the envelope: a bigger target empties the bar a little; a bad period is refused
     select_account(d, "Rent")
@@ -305,15 +355,11 @@ def run(d):
     fill(d, "al-value", "0.3")
     submit(d, "alloc-form")
     wait_notice(d, r"Allocation for Savings updated to 0\.3", "alloc-form")
-    wait_for(d, lambda: "alloc 30%" in node_li(d, "Savings").text, "Savings allocation 30%")
+    wait_for(d, lambda: "alloc 30%" in node(d, "Savings")["row"], "Savings allocation 30%")
     Select(by_id(d, "st-value")).select_by_value("inactive")
     submit(d, "status-form")
     wait_notice(d, r"Account Savings status updated to inactive", "status-form")
-    wait_for(
-        d,
-        lambda: node_li(d, "Savings").find_element(By.CSS_SELECTOR, ":scope > .node .status").text == "inactive",
-        "Savings inactive",
-    )
+    wait_for(d, lambda: node(d, "Savings")["status"] == "inactive", "Savings inactive")
 
     # ---- transactions: date filter and paging
     main_uuid = uuid_of(d, "Main")
@@ -353,24 +399,23 @@ def run(d):
     shot(d, "delete-confirm")
     by_id(d, "confirm-cancel").click()
     time.sleep(0.3)
-    check(node_li(d, "Food") is not None, "Cancel deleted the account")
+    check(node(d, "Food") is not None, "Cancel deleted the account")
     submit(d, "delete-form")
     wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation dialog again")
     by_id(d, "confirm-ok").click()
     wait_notice(d, r"deleted successfully", "delete-form")
-    wait_for(d, lambda: node_li(d, "Food") is None, "Food gone")
+    wait_for(d, lambda: node(d, "Food") is None, "Food gone")
     want_needs = needs_before + float(food.replace(",", ""))
     check(float(node_balance(d, "Needs").replace(",", "")) == want_needs, "Food's money went back to Needs")
     check(text(d, "acct-name") == "Needs", "the parent is selected after a delete")
     shot(d, "desktop")
 
     # ---- keyboard: a tree toggle and an account button work with Enter
-    needs = node_li(d, "Needs")
-    needs.find_element(By.CSS_SELECTOR, ":scope > .node > .toggle").send_keys(Keys.ENTER)
-    wait_for(d, lambda: node_li(d, "Rent") is None, "Needs collapsed by keyboard")
-    node_li(d, "Needs").find_element(By.CSS_SELECTOR, ":scope > .node > .toggle").send_keys(Keys.ENTER)
-    wait_for(d, lambda: node_li(d, "Rent") is not None, "Needs expanded by keyboard")
-    node_li(d, "Rent").find_element(By.CSS_SELECTOR, ":scope > .node > .acc-name").send_keys(Keys.ENTER)
+    press(d, "Needs", ".toggle", Keys.ENTER)
+    wait_for(d, lambda: node(d, "Rent") is None, "Needs collapsed by keyboard")
+    press(d, "Needs", ".toggle", Keys.ENTER)
+    wait_for(d, lambda: node(d, "Rent") is not None, "Needs expanded by keyboard")
+    press(d, "Rent", ".acc-name", Keys.ENTER)
     wait_for(d, lambda: text(d, "acct-name") == "Rent", "Rent selected by keyboard")
 
     # ---- phone width: nothing wider than the screen
