@@ -35,12 +35,13 @@ PASSWORD = "correct horse 1"
 WAIT = 10
 
 # The requests the walk makes fail on purpose (a withdrawal over the balance, a second
-# registration, a bad repeat period): Chromium logs
+# registration, a bad repeat period, a rejected token): Chromium logs
 # every 4xx fetch as a network error; any other error-level console entry fails the test.
 EXPECTED_NETWORK_ERRORS = [
     re.compile(r"/withdraw - Failed to load resource: the server responded with a status of 400"),
     re.compile(r"/register - Failed to load resource: the server responded with a status of 409"),
     re.compile(r"/set_account_freq - Failed to load resource: the server responded with a status of 400"),
+    re.compile(r"/get_minimal_tree\?[^ ]* - Failed to load resource: the server responded with a status of 401"),
 ]
 
 shot_no = 0
@@ -262,6 +263,9 @@ def run(d):
     wait_for(d, lambda: by_id(d, "app").is_displayed(), "signed in again")
     wait_for(d, lambda: text(d, "t-balance") == "1,000.00", "totals after log in")
     check("eyJ" not in d.current_url and "token" not in d.current_url, "token in the page URL")
+    # ---- a reload keeps the session (sessionStorage), without asking again
+    d.refresh()
+    wait_for(d, lambda: by_id(d, "app").is_displayed() and text(d, "t-balance") == "1,000.00", "still signed in")
 
     # ---- build a tree
     add_sub(d, "Main", "Needs", "0.6")
@@ -441,6 +445,13 @@ def run(d):
     by_id(d, "confirm-ok").click()
     wait_for(d, lambda: by_id(d, "auth").is_displayed(), "signed out after deleting the user")
     wait_for(d, lambda: f"Account for user_id '{USER}' deleted successfully." in text(d, "notice"), "deletion notice")
+
+    # ---- a token the server no longer accepts sends the person back to the log-in form
+    d.execute_script("sessionStorage.setItem('pfm.session', JSON.stringify({token: 'expired.token.x', user: 'x'}))")
+    d.refresh()
+    wait_for(d, lambda: by_id(d, "auth").is_displayed(), "log-in form after a rejected token")
+    wait_for(d, lambda: "session has ended" in text(d, "notice"), "session-ended notice")
+    check(d.execute_script("return sessionStorage.getItem('pfm.session')") is None, "rejected token kept")
 
     # ---- the console: no errors except the deliberate 4xx answers
     bad, seen = [], set()
