@@ -17,8 +17,10 @@ pub enum Pass {
     User(Identity),
 }
 
-fn is_public(path: &str, headers: &HeaderMap) -> bool {
+/// SPEC 4.1's exempt paths, plus the web page's static files (exact GET paths, no data in them).
+fn is_public(method: &Method, path: &str, headers: &HeaderMap) -> bool {
     matches!(path, "/__ping__" | "/login" | "/generate_access_token")
+        || super::assets::find(method, path).is_some()
         || (path == "/register" && !headers.contains_key(AUTHORIZATION))
 }
 
@@ -56,7 +58,7 @@ pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: Ip
         return Err(r);
     }
     let t = app.now_secs_f64();
-    if is_public(path, headers) {
+    if is_public(method, path, headers) {
         let ip = client_ip(app, headers, peer);
         return match app.ip_limiter.check(&ip, t) {
             Verdict::Allow => Ok(Pass::Public),

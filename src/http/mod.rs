@@ -1,5 +1,7 @@
-//! The HTTP road: server (accept, shutdown), filter (auth, limits), router, params, responses.
+//! The HTTP road: server (accept, shutdown), filter (auth, limits), router, params, responses,
+//! and the embedded web page's static files (assets).
 
+pub mod assets;
 pub mod filter;
 pub mod json;
 pub mod params;

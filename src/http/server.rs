@@ -22,6 +22,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use super::assets;
 use super::filter::{self, Pass};
 use super::params::Params;
 use super::response::{envelope, ApiError, Reply};
@@ -78,6 +79,9 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
 }
 
 async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
+    if let Some(asset) = assets::find(req.method(), req.uri().path()) {
+        return assets::reply(asset, req.headers());
+    }
     let r = match route(req.method(), req.uri().path()) {
         Routed::Found(r) => r,
         Routed::NotFound => return Reply::bare(404, "404 - Resource Not Found"),

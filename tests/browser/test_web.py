@@ -1,0 +1,516 @@
+"""Drives pfm's web page in headless Chromium (selenium) against a running server.
+
+Usage: PFM_URL=http://127.0.0.1:PORT python3 tests/browser/test_web.py
+Env:   PFM_SHOTS   folder for screenshots (default: browser-screenshots, not committed)
+       CHROMIUM / CHROMEDRIVER  binaries (default: /usr/bin/chromium, /usr/bin/chromedriver)
+
+Walks through what a person does (issue 10, item 5): register, log in, build a tree, deposit,
+watch balances and envelope bars change, move and distribute money, see an API error inline,
+see a script-like account name shown as text, page through transactions, delete with a
+confirmation, use the page at phone width and by keyboard; then checks the console has no errors.
+Exits non-zero on the first failure.
+"""
+
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+BASE = os.environ.get("PFM_URL", "http://127.0.0.1:8000").rstrip("/")
+SHOTS = os.environ.get("PFM_SHOTS", "browser-screenshots")
+XSS = "<img src=x onerror=alert(1)>"
+USER = "alice_web"
+PASSWORD = "correct horse 1"
+WAIT = 10
+
+# The requests the walk makes fail on purpose (a withdrawal over the balance, a second
+# registration, a bad repeat period, a rejected token): Chromium logs
+# every 4xx fetch as a network error; any other error-level console entry fails the test.
+EXPECTED_NETWORK_ERRORS = [
+    re.compile(r"/withdraw - Failed to load resource: the server responded with a status of 400"),
+    re.compile(r"/register - Failed to load resource: the server responded with a status of 409"),
+    re.compile(r"/set_account_freq - Failed to load resource: the server responded with a status of 400"),
+    re.compile(r"/get_minimal_tree\?[^ ]* - Failed to load resource: the server responded with a status of 401"),
+]
+
+shot_no = 0
+
+
+def fail(msg):
+    raise AssertionError(msg)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def shot(d, name):
+    global shot_no
+    shot_no += 1
+    path = os.path.join(SHOTS, f"{shot_no:02d}-{name}.png")
+    # Grow the window to the page so the screenshot shows all of it.
+    w = d.get_window_size()["width"]
+    h = d.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
+    d.set_window_size(w, min(max(h + 140, 600), 6000))
+    d.save_screenshot(path)
+    print(f"  screenshot {path}")
+
+
+def wait_for(d, fn, what, timeout=WAIT):
+    # The page re-renders the tree after every change; an element found just before a re-render
+    # goes stale, which only means "look again".
+    try:
+        return WebDriverWait(d, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(lambda _: fn())
+    except TimeoutException:
+        fail(f"timed out waiting for: {what}")
+
+
+def retry(fn):
+    """Runs a find-then-act step again when a re-render made its element stale."""
+    for attempt in range(5):
+        try:
+            return fn()
+        except StaleElementReferenceException:
+            if attempt == 4:
+                raise
+            time.sleep(0.1)
+
+
+def by_id(d, id_):
+    return d.find_element(By.ID, id_)
+
+
+def text(d, id_):
+    return by_id(d, id_).text
+
+
+# Reads one tree row in a single script run, so a re-render cannot interleave.
+NODE_JS = """
+for (const li of document.querySelectorAll('#tree li')) {
+  const name = li.querySelector(':scope > .node > .acc-name');
+  if (!name || name.textContent !== arguments[0]) continue;
+  const bar = li.querySelector(':scope > .envelope progress');
+  const status = li.querySelector(':scope > .node .status');
+  return {
+    uuid: li.dataset.uuid,
+    balance: li.querySelector(':scope > .node .bal').textContent,
+    status: status ? status.textContent : null,
+    row: li.querySelector(':scope > .node').textContent,
+    bar: bar ? Number(bar.value) : null,
+    envelope: bar ? li.querySelector(':scope > .envelope').textContent : null,
+  };
+}
+return null;
+"""
+
+
+def node(d, name):
+    """The tree row of the account named exactly `name`, as data (None if absent)."""
+    return d.execute_script(NODE_JS, name)
+
+
+def node_li(d, name):
+    """The tree <li> whose account-name button reads exactly `name` (None if absent)."""
+    for li in d.find_elements(By.CSS_SELECTOR, "#tree li"):
+        btn = li.find_element(By.CSS_SELECTOR, ":scope > .node > .acc-name")
+        if btn.get_property("textContent") == name:
+            return li
+    return None
+
+
+def node_balance(d, name):
+    n = node(d, name)
+    check(n is not None, f"account {name!r} is not in the tree")
+    return n["balance"]
+
+
+def press(d, name, part, keys=None):
+    """Clicks (or sends keys to) the toggle or name button of an account's tree row."""
+
+    def go():
+        li = node_li(d, name)
+        check(li is not None, f"account {name!r} is not in the tree")
+        e = li.find_element(By.CSS_SELECTOR, f":scope > .node > {part}")
+        if keys:
+            e.send_keys(keys)
+        else:
+            e.click()
+
+    retry(go)
+
+
+def select_account(d, name):
+    wait_for(d, lambda: node(d, name) is not None, f"{name} in tree")
+    press(d, name, ".acc-name")
+    wait_for(d, lambda: text(d, "acct-name") == name, f"{name} selected")
+
+
+def fill(d, id_, value):
+    e = by_id(d, id_)
+    e.clear()
+    e.send_keys(value)
+
+
+def choose(d, select_id, account_name):
+    sel = Select(by_id(d, select_id))
+    for o in sel.options:
+        if o.get_property("textContent").strip().startswith(account_name + " ("):
+            sel.select_by_value(o.get_attribute("value"))
+            return
+    fail(f"{account_name} not offered in #{select_id}")
+
+
+def submit(d, form_id):
+    by_id(d, form_id).find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+
+def form_error(d, form_id):
+    return by_id(d, form_id).find_element(By.CSS_SELECTOR, "[data-error]").get_property("textContent")
+
+
+def wait_notice(d, pattern, form_id=None):
+    def done():
+        if form_id and form_error(d, form_id):
+            fail(f"#{form_id} shows an error: {form_error(d, form_id)}")
+        n = by_id(d, "notice")
+        return n.is_displayed() and re.search(pattern, n.text)
+
+    wait_for(d, done, f"notice matching {pattern!r}")
+
+
+def add_sub(d, parent, name, allocation, fixed=None, due=None):
+    select_account(d, parent)
+    fill(d, "add-name", name)
+    fill(d, "add-alloc", allocation)
+    if fixed is not None:
+        fill(d, "add-fixed", fixed)
+    if due is not None:
+        # A date input takes keys in the browser's locale order; set it through its value.
+        d.execute_script("arguments[0].value = arguments[1]", by_id(d, "add-due"), due)
+    submit(d, "add-form")
+    wait_notice(d, re.escape(f"{name} added under {parent}"), "add-form")
+    wait_for(d, lambda: node(d, name) is not None, f"{name} shown in the tree")
+
+
+def envelope(d, name):
+    n = node(d, name)
+    check(n is not None and n["bar"] is not None, f"{name} has no envelope bar")
+    return int(n["bar"]), n["envelope"]
+
+
+def api(d, method, path, params):
+    """Calls the API directly with the page's token (to make many transactions quickly)."""
+    session = json.loads(d.execute_script("return sessionStorage.getItem('pfm.session')"))
+    req = urllib.request.Request(
+        BASE + path,
+        method=method,
+        data=json.dumps(params).encode(),
+        headers={"Authorization": "Bearer " + session["token"], "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def uuid_of(d, name):
+    return node(d, name)["uuid"]
+
+
+def run(d):
+    # ---- the page loads, signed out, with every input labelled
+    d.get(BASE + "/")
+    wait_for(d, lambda: by_id(d, "auth").is_displayed(), "log-in forms")
+    check(d.title.startswith("pfm"), f"title is {d.title!r}")
+    unlabelled = d.execute_script(
+        "return [...document.querySelectorAll('input,select')].filter(e => e.type !== 'hidden' && !e.labels.length).map(e => e.id)"
+    )
+    check(unlabelled == [], f"inputs without a label: {unlabelled}")
+    shot(d, "signed-out")
+
+    # ---- register (then the page logs in by itself)
+    fill(d, "reg-user", USER)
+    fill(d, "reg-pass", PASSWORD)
+    fill(d, "reg-initial", "1000")
+    submit(d, "register-form")
+    wait_for(d, lambda: by_id(d, "app").is_displayed(), "the signed-in page")
+    wait_for(d, lambda: text(d, "t-balance") == "1,000.00", "total balance 1,000.00")
+    check(text(d, "who-name") == USER, "user name in the header")
+
+    # ---- log out; a second registration of the same id is refused in the API's words
+    by_id(d, "logout").click()
+    wait_for(d, lambda: by_id(d, "auth").is_displayed(), "signed out")
+    check(d.execute_script("return sessionStorage.getItem('pfm.session')") is None, "token left in sessionStorage")
+    fill(d, "reg-user", USER)
+    fill(d, "reg-pass", PASSWORD)
+    submit(d, "register-form")
+    want = "Account creation Failed: User already exists"
+    wait_for(d, lambda: form_error(d, "register-form") == want, f"inline error {want!r}")
+    check(not by_id(d, "app").is_displayed(), "a refused registration signed in")
+    # ---- log in with a keyboard only: type, then Enter submits
+    fill(d, "login-user", USER)
+    by_id(d, "login-pass").send_keys(PASSWORD + Keys.ENTER)
+    wait_for(d, lambda: by_id(d, "app").is_displayed(), "signed in again")
+    wait_for(d, lambda: text(d, "t-balance") == "1,000.00", "totals after log in")
+    check("eyJ" not in d.current_url and "token" not in d.current_url, "token in the page URL")
+    # ---- a reload keeps the session (sessionStorage), without asking again
+    d.refresh()
+    wait_for(d, lambda: by_id(d, "app").is_displayed() and text(d, "t-balance") == "1,000.00", "still signed in")
+
+    # ---- build a tree
+    add_sub(d, "Main", "Needs", "0.6")
+    add_sub(d, "Main", "Savings", "0.4")
+    add_sub(d, "Needs", "Rent", "0.7", fixed="500", due="2030-01-31")
+    add_sub(d, "Needs", "Food", "0.3")
+    add_sub(d, "Main", XSS, "0")
+    value, label = envelope(d, "Rent")
+    check(value == 0, f"Rent bar starts empty, is {value}")
+    check("due 2030-01-31" in label and "0.00 of 500.00" in label, f"Rent envelope text: {label!r}")
+    shot(d, "tree-built")
+
+    # ---- the script-like name is shown as text, nothing ran
+    check(node(d, XSS) is not None, "the script-like account is missing from the tree")
+    check(d.find_elements(By.CSS_SELECTOR, "#tree img, #account img, select img") == [], "an <img> was injected")
+    select_account(d, XSS)
+    check(by_id(d, "acct-name").get_property("textContent") == XSS, "account heading must show the name as text")
+    try:
+        d.switch_to.alert
+        fail("an alert opened: the name was run as HTML")
+    except NoAlertPresentException:
+        pass
+
+    # ---- deposit into Main: balances and the envelope bar change
+    select_account(d, "Main")
+    choose(d, "dep-acc", "Main")
+    fill(d, "dep-amount", "1000")
+    fill(d, "dep-channel", "Salary")
+    submit(d, "deposit-form")
+    wait_notice(d, r"Deposited 1,000\.00 into Main", "deposit-form")
+    wait_for(d, lambda: text(d, "t-balance") == "2,000.00", "total balance 2,000.00")
+    check(text(d, "t-income") == "1,000.00", f"income this month {text(d, 't-income')}")
+    wait_for(d, lambda: node_balance(d, "Rent") == "420.00", "Rent 420.00")
+    check(node_balance(d, "Food") == "180.00", "Food 180.00")
+    check(node_balance(d, "Savings") == "400.00", "Savings 400.00")
+    value, label = envelope(d, "Rent")
+    check(value == 84 and "420.00 of 500.00" in label, f"Rent bar after deposit: {value} {label!r}")
+    shot(d, "after-deposit")
+
+    # ---- move money between accounts
+    choose(d, "mv-from", "Savings")
+    choose(d, "mv-to", "Food")
+    fill(d, "mv-amount", "100")
+    submit(d, "move-form")
+    wait_notice(d, r"Moved 100 from Savings to Food", "move-form")
+    wait_for(d, lambda: node_balance(d, "Food") == "280.00", "Food 280.00 after move")
+    check(node_balance(d, "Savings") == "300.00", "Savings 300.00 after move")
+
+    # ---- an API error is shown next to the form, in the API's words, and nothing changes
+    choose(d, "wd-acc", "Food")
+    fill(d, "wd-amount", "5000")
+    submit(d, "withdraw-form")
+    want = "Failed: Insufficient balance! Your current balance is:280"
+    wait_for(d, lambda: form_error(d, "withdraw-form") == want, f"inline error {want!r}")
+    check(node_balance(d, "Food") == "280.00", "a failed withdrawal changed Food")
+    shot(d, "inline-error")
+
+    # ---- spend a little
+    fill(d, "wd-amount", "30")
+    submit(d, "withdraw-form")
+    wait_notice(d, r"Withdrew 30\.00 from Food", "withdraw-form")
+    check(form_error(d, "withdraw-form") == "", "the old error stays after success")
+    wait_for(d, lambda: text(d, "t-spending") == "30.00", "spending this month 30.00")
+
+    # ---- distribute Main's opening balance; Rent's bar fills up
+    choose(d, "ds-acc", "Main")
+    fill(d, "ds-amount", "500")
+    submit(d, "distribute-form")
+    wait_notice(d, r"Distributed 500\.00 from Main", "distribute-form")
+    wait_for(d, lambda: envelope(d, "Rent")[0] == 100, "Rent fully funded")
+    check(node_balance(d, "Rent") == "500.00", f"Rent balance {node_balance(d, 'Rent')}")
+    check(node(d, "Rent")["status"] == "inactive", "a funded envelope is inactive")
+
+    # ---- edit the envelope: a bigger target empties the bar a little; a bad period is refused
+    select_account(d, "Rent")
+    fill(d, "env-fixed", "600")
+    fill(d, "env-freq", "abc")
+    submit(d, "env-form")
+    want = "account_freq must be a positive number"
+    wait_for(d, lambda: form_error(d, "env-form") == want, f"inline error {want!r}")
+    wait_for(d, lambda: envelope(d, "Rent")[0] == 83, "Rent 83% funded after the target grew")
+    check("500.00 of 600.00" in envelope(d, "Rent")[1], envelope(d, "Rent")[1])
+    check(by_id(d, "env-freq").get_attribute("value") == "", "the refused period was not saved")
+    fill(d, "env-freq", "30")
+    submit(d, "env-form")
+    wait_notice(d, r"Saved repeat period for Rent", "env-form")
+    wait_for(d, lambda: "30 days" in text(d, "acct-facts"), "Rent repeats every 30 days")
+
+    # ---- change allocation and status
+    select_account(d, "Savings")
+    fill(d, "al-value", "0.3")
+    submit(d, "alloc-form")
+    wait_notice(d, r"Allocation for Savings updated to 0\.3", "alloc-form")
+    wait_for(d, lambda: "alloc 30%" in node(d, "Savings")["row"], "Savings allocation 30%")
+    Select(by_id(d, "st-value")).select_by_value("inactive")
+    submit(d, "status-form")
+    wait_notice(d, r"Account Savings status updated to inactive", "status-form")
+    wait_for(d, lambda: node(d, "Savings")["status"] == "inactive", "Savings inactive")
+
+    # ---- transactions: date filter and paging
+    main_uuid = uuid_of(d, "Main")
+    for i in range(6):
+        api(d, "POST", "/deposit", {"uuid": main_uuid, "amount": "1", "channel": f"bulk{i}"})
+    by_id(d, "refresh").click()
+    wait_for(d, lambda: text(d, "t-income") == "1,006.00", "Refresh shows the deposits made elsewhere")
+    select_account(d, "Main")
+    wait_for(d, lambda: "(15 transactions)" in text(d, "tx-page"), "15 transactions on Main")
+    check(text(d, "tx-page").startswith("Page 1 of 2"), text(d, "tx-page"))
+    check(len(d.find_elements(By.CSS_SELECTOR, "#tx-table tbody tr")) == 10, "10 rows on page 1")
+    check(by_id(d, "tx-prev").get_property("disabled"), "Previous enabled on page 1")
+    by_id(d, "tx-next").click()
+    wait_for(d, lambda: text(d, "tx-page").startswith("Page 2 of 2"), "page 2")
+    check(len(d.find_elements(By.CSS_SELECTOR, "#tx-table tbody tr")) == 5, "5 rows on page 2")
+    shot(d, "transactions-page-2")
+    d.execute_script("arguments[0].value = '2099-01-01'", by_id(d, "tx-from"))
+    by_id(d, "tx-filter").find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(d, lambda: "No transactions in these dates." in by_id(d, "tx-table").text, "empty filtered list")
+    by_id(d, "tx-clear").click()
+    wait_for(d, lambda: "(15 transactions)" in text(d, "tx-page"), "filter cleared")
+
+    # ---- the chart is drawn with this month's income
+    wait_for(d, lambda: d.find_elements(By.CSS_SELECTOR, "#chart canvas"), "chart canvas")
+    wait_for(d, lambda: "income 1,006.00" in text(d, "chart-sum"), "chart sums")
+    Select(by_id(d, "chart-range")).select_by_value("365")
+    wait_for(d, lambda: "per month" in text(d, "chart-sum"), "monthly chart")
+
+    # ---- delete with a confirmation that says where the money goes
+    select_account(d, "Food")
+    food = node_balance(d, "Food")
+    needs_before = float(node_balance(d, "Needs").replace(",", ""))
+    check("goes back to Needs" in text(d, "delete-where"), f"delete text: {text(d, 'delete-where')!r}")
+    submit(d, "delete-form")
+    wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation dialog")
+    check(f"{food} in total, goes back to Needs" in text(d, "confirm-text"), text(d, "confirm-text"))
+    shot(d, "delete-confirm")
+    by_id(d, "confirm-cancel").click()
+    time.sleep(0.3)
+    check(node(d, "Food") is not None, "Cancel deleted the account")
+    submit(d, "delete-form")
+    wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation dialog again")
+    by_id(d, "confirm-ok").click()
+    wait_notice(d, r"deleted successfully", "delete-form")
+    wait_for(d, lambda: node(d, "Food") is None, "Food gone")
+    want_needs = needs_before + float(food.replace(",", ""))
+    check(float(node_balance(d, "Needs").replace(",", "")) == want_needs, "Food's money went back to Needs")
+    check(text(d, "acct-name") == "Needs", "the parent is selected after a delete")
+    shot(d, "desktop")
+
+    # ---- keyboard: a tree toggle and an account button work with Enter
+    press(d, "Needs", ".toggle", Keys.ENTER)
+    wait_for(d, lambda: node(d, "Rent") is None, "Needs collapsed by keyboard")
+    press(d, "Needs", ".toggle", Keys.ENTER)
+    wait_for(d, lambda: node(d, "Rent") is not None, "Needs expanded by keyboard")
+    press(d, "Rent", ".acc-name", Keys.ENTER)
+    wait_for(d, lambda: text(d, "acct-name") == "Rent", "Rent selected by keyboard")
+
+    # ---- phone width: nothing wider than the screen
+    d.set_window_size(390, 844)
+    time.sleep(0.4)
+    overflow = d.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+    check(overflow <= 0, f"page is {overflow}px wider than a phone screen")
+    d.execute_script("window.scrollTo(0, document.getElementById('tree').offsetTop - 120)")
+    d.save_screenshot(os.path.join(SHOTS, "phone-screen.png"))
+    shot(d, "phone")
+
+    # ---- no token in any URL the page requested
+    token = json.loads(d.execute_script("return sessionStorage.getItem('pfm.session')"))["token"]
+    urls = d.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    check(urls and all(token not in u and "token=" not in u for u in urls), "a token appeared in a URL")
+
+    # ---- deleting Main deletes the user, and the page says so
+    d.set_window_size(1280, 900)
+    select_account(d, "Main")
+    submit(d, "delete-form")
+    wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation for Main")
+    check(f'deletes your user "{USER}"' in text(d, "confirm-text"), text(d, "confirm-text"))
+    by_id(d, "confirm-ok").click()
+    wait_for(d, lambda: by_id(d, "auth").is_displayed(), "signed out after deleting the user")
+    wait_for(d, lambda: f"Account for user_id '{USER}' deleted successfully." in text(d, "notice"), "deletion notice")
+
+    # ---- a token the server no longer accepts sends the person back to the log-in form
+    d.execute_script("sessionStorage.setItem('pfm.session', JSON.stringify({token: 'expired.token.x', user: 'x'}))")
+    d.refresh()
+    wait_for(d, lambda: by_id(d, "auth").is_displayed(), "log-in form after a rejected token")
+    wait_for(d, lambda: "session has ended" in text(d, "notice"), "session-ended notice")
+    check(d.execute_script("return sessionStorage.getItem('pfm.session')") is None, "rejected token kept")
+
+    # ---- the console: no errors except the deliberate 4xx answers
+    bad, seen = [], set()
+    for entry in d.get_log("browser"):
+        msg = entry.get("message", "")
+        if "Content Security Policy" in msg or "Refused to" in msg:
+            bad.append(entry)
+        elif entry.get("level") == "SEVERE":
+            hit = [p for p in EXPECTED_NETWORK_ERRORS if p.search(msg)]
+            if entry.get("source") == "network" and hit:
+                seen.update(p.pattern for p in hit)
+                continue
+            bad.append(entry)
+    check(not bad, f"console errors: {bad}")
+    # The deliberate failures must show up, or the log capture itself is broken.
+    missing = [p.pattern for p in EXPECTED_NETWORK_ERRORS if p.pattern not in seen]
+    check(not missing, f"console log did not capture the expected entries: {missing}")
+
+
+def main():
+    os.makedirs(SHOTS, exist_ok=True)
+    signal.alarm(150)  # never hang CI
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    profile = tempfile.mkdtemp(prefix="pfm-chromium-")
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        "--lang=en-US",
+        f"--user-data-dir={profile}",
+    ):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver"))
+    d = webdriver.Chrome(options=opts, service=service)
+    try:
+        run(d)
+    except Exception:
+        try:
+            shot(d, "FAILED")
+        except Exception:
+            pass
+        raise
+    finally:
+        d.quit()
+    print("browser test passed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        sys.exit(1)
