@@ -1,19 +1,17 @@
 //! HS256 tokens (SPEC 4.3). jsonwebtoken checks the signature and the header algorithm only; the
 //! claim rules of 4.3 are applied here, because its defaults contradict them.
 
-use std::collections::HashMap;
-
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use parking_lot::Mutex;
 
-use super::limits::shard_of;
+use super::limits::{KeyTable, DEFAULT_TRACKED_KEYS};
 use serde_json::{Map, Value};
 
 pub struct Jwt {
     enc: EncodingKey,
     dec: DecodingKey,
     validation: Validation,
-    cache: Vec<Mutex<HashMap<String, Verified>>>,
+    /// Verified tokens by keyed hash (the token text is not kept).
+    cache: KeyTable<Verified>,
 }
 
 /// The identity a valid token carries.
@@ -25,9 +23,6 @@ pub struct Identity {
 
 /// Longest accepted `user_id` claim.
 const MAX_CLAIM_USER_ID: usize = 256;
-const CACHE_SHARDS: usize = 16;
-/// Verified tokens remembered per shard; a full shard is simply emptied.
-const CACHE_PER_SHARD: usize = 4096;
 
 /// A token whose signature and claim shapes are valid; only its times remain to check.
 #[derive(Debug, Clone)]
@@ -39,6 +34,11 @@ struct Verified {
 
 impl Jwt {
     pub fn new(secret: &[u8]) -> Jwt {
+        Jwt::with_cache(secret, DEFAULT_TRACKED_KEYS)
+    }
+
+    /// `cache_keys` bounds how many verified tokens are remembered.
+    pub fn with_cache(secret: &[u8], cache_keys: usize) -> Jwt {
         let mut v = Validation::new(Algorithm::HS256);
         v.required_spec_claims.clear();
         v.validate_exp = false;
@@ -49,24 +49,18 @@ impl Jwt {
             enc: EncodingKey::from_secret(secret),
             dec: DecodingKey::from_secret(secret),
             validation: v,
-            cache: (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            cache: KeyTable::new(cache_keys),
         }
     }
 
     /// Verifies a token at `now_secs`; `None` on any failure. A token whose signature and
     /// claims were checked once is remembered, so repeat requests only re-check its times.
     pub fn verify(&self, token: &str, now_secs: f64) -> Option<Identity> {
-        let shard = &self.cache[shard_of(token, CACHE_SHARDS)];
-        let hit = shard.lock().get(token).cloned();
-        let v = match hit {
+        let v = match self.cache.with(token, |e| e.clone()) {
             Some(v) => v,
             None => {
                 let v = self.decode(token)?;
-                let mut map = shard.lock();
-                if map.len() >= CACHE_PER_SHARD {
-                    map.clear();
-                }
-                map.insert(token.to_string(), v.clone());
+                self.cache.with(token, |e| *e = Some(v.clone()));
                 v
             }
         };

@@ -1,0 +1,84 @@
+//! Hostile input at bounded cost (issue 9): bounded key tables, failed auth against the IP
+//! budget, empty bearer tokens, a body that never arrives, answers hyper itself would give, JSON
+//! number texts, and the reference response style. All over real HTTP or raw TCP.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{Body, Srv};
+
+fn bearer(tok: &str) -> String {
+    format!("Bearer {tok}")
+}
+
+#[test]
+fn failed_auth_spends_the_client_ip_budget() {
+    let s = Srv::start_with(|c| {
+        c.max_requests = 3;
+        c.window_size = 10;
+    });
+    let good = s.token("u", "user");
+    for i in 0..3 {
+        let r = s.raw("GET", "/get_balance", &[("Authorization", &bearer(&format!("bad{i}")))], Body::None);
+        r.fails(401, "Invalid or expired token");
+    }
+    // A fourth distinct bad token finds the address's budget spent.
+    let r = s.raw("GET", "/get_balance", &[("Authorization", "Bearer bad3")], Body::None);
+    assert_eq!(r.text, r#"{"success":false,"status":429,"error":"Rate limit exceeded. Try again later."}"#);
+    assert_eq!(r.header("retry-after"), Some("10"));
+    // Public paths share that budget; a valid token is limited by its user, not the address.
+    assert_eq!(s.raw("GET", "/__ping__", &[], Body::None).status, 429);
+    s.get(&good, "/get_balance", "uuid=x").fails(404, "User not found or unauthorized access");
+    s.clock.advance_micros(10_500_000);
+    s.raw("GET", "/get_balance", &[("Authorization", "Bearer bad3")], Body::None)
+        .fails(401, "Invalid or expired token");
+}
+
+#[test]
+fn many_distinct_bad_tokens_leave_the_tables_bounded() {
+    let s = Srv::start_with(|c| c.max_tracked_keys = 512);
+    let app = s.run.as_ref().unwrap().app.clone();
+    let long = "a".repeat(60_000);
+    // One keep-alive connection, so the test measures the tables, not connection setup.
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for i in 0..3000 {
+        let tok = if i % 100 == 0 { format!("{long}{i}") } else { format!("bad-token-{i}") };
+        let req = format!("GET /get_balance HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\n\r\n");
+        c.write_all(req.as_bytes()).unwrap();
+        let n = c.read(&mut buf).unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]);
+        assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    }
+    let b = app.auth_backoff.table();
+    assert!(b.len() <= b.capacity() && b.capacity() <= 512, "{} of {}", b.len(), b.capacity());
+    assert!(app.ip_limiter.table().len() <= 1);
+}
+
+#[test]
+fn empty_bearer_token_fails_verification_and_counts_for_backoff() {
+    let s = Srv::start();
+    for h in ["Bearer ", "Bearer    "] {
+        let mut c = TcpStream::connect(s.addr()).unwrap();
+        write!(c, "GET /get_balance HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: {h}\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        let body = out.split_once("\r\n\r\n").unwrap().1;
+        if h == "Bearer " {
+            assert!(out.starts_with("HTTP/1.1 401"), "{out}");
+            assert_eq!(body, r#"{"success":false,"status":401,"error":"Invalid or expired token"}"#);
+        } else {
+            // The same (empty) token again within its wait: the backoff answers.
+            assert!(out.starts_with("HTTP/1.1 429"), "{out}");
+            assert!(body.contains("Too many failed attempts. Wait 1 seconds."), "{body}");
+        }
+    }
+    // Without the scheme it is still "missing".
+    s.raw("GET", "/get_balance", &[("Authorization", "Bearerx")], Body::None)
+        .fails(401, "Missing or invalid token");
+}
