@@ -82,3 +82,24 @@ fn empty_bearer_token_fails_verification_and_counts_for_backoff() {
     s.raw("GET", "/get_balance", &[("Authorization", "Bearerx")], Body::None)
         .fails(401, "Missing or invalid token");
 }
+
+#[test]
+fn a_json_number_for_a_string_parameter_keeps_its_literal_text() {
+    let s = Srv::start();
+    let (tok, main) = s.user("lit", "0");
+    let body = format!(
+        r#"{{"uuid":"{main}","amount":1.5E1,"channel":"ABSA","transaction_number":1e3,"initiated_by":[ 2.50E-1 ]}}"#
+    );
+    let r = s.raw(
+        "POST",
+        "/deposit",
+        &[("Authorization", &bearer(&tok))],
+        Body::Raw("application/json", body.as_bytes()),
+    );
+    r.ok();
+    assert_eq!(r.n("amount"), "15");
+    let tx = s.txs(&tok, &main);
+    assert_eq!(tx.len(), 1, "{tx:?}");
+    assert_eq!(tx[0]["TransactionID"], serde_json::json!("1e3"));
+    assert_eq!(tx[0]["By"], serde_json::json!("2.50E-1"));
+}
