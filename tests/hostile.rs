@@ -6,7 +6,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Body, Srv};
 
@@ -102,4 +102,36 @@ fn a_json_number_for_a_string_parameter_keeps_its_literal_text() {
     assert_eq!(tx.len(), 1, "{tx:?}");
     assert_eq!(tx[0]["TransactionID"], serde_json::json!("1e3"));
     assert_eq!(tx[0]["By"], serde_json::json!("2.50E-1"));
+}
+
+/// Reads everything until the server closes, failing after `limit`.
+fn read_until_closed(c: &mut TcpStream, limit: Duration) -> String {
+    c.set_read_timeout(Some(limit)).unwrap();
+    let mut out = Vec::new();
+    c.read_to_end(&mut out).expect("the server closes the connection in time");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn a_body_that_never_arrives_gets_408_and_the_connection_closes() {
+    let s = Srv::start_with(|c| c.body_timeout_secs = 1);
+    let tok = s.token("u", "user");
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    let started = Instant::now();
+    write!(
+        c,
+        "POST /deposit HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{{\"a\""
+    )
+    .unwrap();
+    let out = read_until_closed(&mut c, Duration::from_secs(10));
+    assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("connection: close"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"success": false, "status": 408, "error": "Request body not received in time"})
+    );
 }

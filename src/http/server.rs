@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -97,7 +97,15 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
         return too_large();
     }
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+    // A body that never (fully) arrives must not hold the connection: after the deadline the
+    // answer is 408 and the connection closes, dropping whatever was left unread.
+    let deadline = Duration::from_secs(app.cfg.body_timeout_secs);
+    let read = tokio::time::timeout(deadline, Limited::new(body, MAX_BODY_BYTES).collect()).await;
+    let Ok(read) = read else {
+        return Reply::bare(408, "Request body not received in time")
+            .header(CONNECTION, HeaderValue::from_static("close"));
+    };
+    let body = match read {
         Ok(b) => b.to_bytes(),
         Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return too_large(),
         Err(e) => {
