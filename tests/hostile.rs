@@ -135,3 +135,59 @@ fn a_body_that_never_arrives_gets_408_and_the_connection_closes() {
         serde_json::json!({"success": false, "status": 408, "error": "Request body not received in time"})
     );
 }
+
+/// Sends raw bytes (ignoring a reset once the server answered early) and returns the head and
+/// the parsed JSON body of the answer.
+fn raw_exchange(s: &Srv, bytes: &[u8]) -> (String, serde_json::Value) {
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    for chunk in bytes.chunks(64 * 1024) {
+        if c.write_all(chunk).is_err() {
+            break;
+        }
+    }
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no answer: {text:?}"));
+    let v = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    (head.to_string(), v)
+}
+
+#[track_caller]
+fn assert_json_answer(head: &str, v: &serde_json::Value, status: u16, msg: &str) {
+    assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+    let h = head.to_ascii_lowercase();
+    assert!(h.contains("\r\ncontent-type: application/json\r\n"), "{head}");
+    assert!(h.contains("\r\nx-request-id: "), "{head}");
+    assert_eq!(*v, serde_json::json!({"success": false, "status": status, "error": msg}));
+}
+
+#[test]
+fn answers_hyper_gives_itself_are_json_envelopes() {
+    let s = Srv::start();
+    let (h, v) = raw_exchange(&s, b"GET /__ping__ HTTP/1.1\r\nHost: t\r\nX-Bad: a\x01b\r\n\r\n");
+    assert_json_answer(&h, &v, 400, "400 - Bad Request");
+    let (h, v) = raw_exchange(&s, b"POST /login HTTP/1.1\r\nHost: t\r\nContent-Length: ten\r\n\r\n");
+    assert_json_answer(&h, &v, 400, "400 - Bad Request");
+    let (h, v) = raw_exchange(&s, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http at all");
+    assert_json_answer(&h, &v, 400, "400 - Bad Request");
+    let long = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(70_000));
+    let (h, v) = raw_exchange(&s, long.as_bytes());
+    assert_json_answer(&h, &v, 414, "414 - URI Too Long");
+    let big = format!("GET /__ping__ HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "b".repeat(1 << 20));
+    let (h, v) = raw_exchange(&s, big.as_bytes());
+    assert_json_answer(&h, &v, 431, "431 - Request Header Fields Too Large");
+}
+
+#[test]
+fn a_bad_request_after_good_ones_on_one_connection_still_gets_json() {
+    let s = Srv::start();
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    c.write_all(b"GET /__ping__ HTTP/1.1\r\nHost: t\r\n\r\nGET /__ping__ HTTP/1.1\r\nHost: t\r\n\r\nGET /x HTTP/1.1\r\nBad: \x01\r\n\r\n")
+        .unwrap();
+    let out = read_until_closed(&mut c, Duration::from_secs(10));
+    assert_eq!(out.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{out}");
+    assert_eq!(out.matches("content-type: application/json\r\n").count(), 3, "{out}");
+    assert!(out.ends_with(r#"{"success":false,"status":400,"error":"400 - Bad Request"}"#), "{out}");
+}

@@ -1,5 +1,6 @@
 //! The HTTP road: server (accept, shutdown), filter (auth, limits), router, params, responses.
 
+pub mod conn_io;
 pub mod filter;
 pub mod json;
 pub mod params;

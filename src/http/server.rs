@@ -22,6 +22,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use super::conn_io::{ErrorAnswers, JsonErrors};
 use super::filter::{self, Pass};
 use super::params::Params;
 use super::response::{envelope, ApiError, Reply};
@@ -137,6 +138,7 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
 pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let answers = ErrorAnswers { cors_origin: app.cfg.cors_allow_origin.clone(), style: None };
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -163,7 +165,7 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(Duration::from_secs(30))
-            .serve_connection(TokioIo::new(stream), svc);
+            .serve_connection(TokioIo::new(JsonErrors::new(stream, answers.clone())), svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _permit = permit;
