@@ -191,3 +191,76 @@ fn a_bad_request_after_good_ones_on_one_connection_still_gets_json() {
     assert_eq!(out.matches("content-type: application/json\r\n").count(), 3, "{out}");
     assert!(out.ends_with(r#"{"success":false,"status":400,"error":"400 - Bad Request"}"#), "{out}");
 }
+
+#[test]
+fn reference_style_renders_as_the_reference_serializer_does() {
+    let s = Srv::start_with(|c| c.response_style = pfm::config::ResponseStyle::Reference);
+    let tok = s.token("refu", "user");
+    let r = s.post(&tok, "/register", serde_json::json!({"user_id": "refu", "initial_balance": 1000}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["success"], serde_json::json!([true]));
+    assert_eq!(r.json["status"], serde_json::json!([200]));
+    assert_eq!(r.json["user_id"], serde_json::json!(["refu"]));
+    let main = r.json["uuid"][0].as_str().unwrap().to_string();
+    assert!(r.json["execution_time"].is_array() && r.json["start_time"].is_array(), "{}", r.text);
+    // The reference's own client sends the boxed uuid back as it got it.
+    let r = s.post(
+        &tok,
+        "/add_sub_account",
+        serde_json::json!({"parent_uuid": [main], "name": "Needs", "allocation": 0.333333}),
+    );
+    assert_eq!(r.json["child_type"], serde_json::json!(["ChildAccount"]), "{}", r.text);
+    assert_eq!(r.json["allocation"], serde_json::json!([0.3333]), "{}", r.text);
+    let needs = r.json["uuid"][0].as_str().unwrap().to_string();
+    let r = s.post(&tok, "/deposit", serde_json::json!({"uuid": main, "amount": 10.5, "channel": "ABSA"}));
+    assert_eq!(r.json["amount"], serde_json::json!([10.5]), "{}", r.text);
+    assert!(r.json["balance"][0].is_number(), "{}", r.text);
+    // get_transactions: a data frame, rows of plain values.
+    let r = s.get(&tok, "/get_transactions", &format!("uuid={needs}"));
+    assert_eq!(r.json["transaction_count"], serde_json::json!([1]), "{}", r.text);
+    let row = &r.json["transactions"][0];
+    assert_eq!(row["Type"], serde_json::json!("Deposit"), "{}", r.text);
+    assert!(row["Amount"].is_number() && row["Date"].is_string(), "{}", r.text);
+    // A character vector stays a plain array; a list of lists is an array of boxed objects.
+    let r = s.get(&tok, "/list_child_accounts", &format!("uuid={main}"));
+    assert_eq!(r.json["child_account_names"], serde_json::json!(["Needs"]), "{}", r.text);
+    let r = s.get(&tok, "/find_account_by_name", "name=Needs");
+    assert_eq!(r.json["matches"][0]["uuid"], serde_json::json!([needs]), "{}", r.text);
+    assert_eq!(r.json["total_matches"], serde_json::json!([1]));
+    // NULL is {}.
+    let r = s.get(&tok, "/find_account_by_uuid", &format!("uuid={main}"));
+    assert_eq!(
+        (r.json["parent_uuid"].clone(), r.json["allocation"].clone()),
+        (serde_json::json!({}), serde_json::json!({})),
+        "{}",
+        r.text
+    );
+    // Minimal tree: named lists are objects, empty ones [].
+    let r = s.get(&tok, "/get_minimal_tree", "");
+    let node = &r.json["minimal_tree"];
+    assert_eq!(node["child_accounts_list"]["Needs"]["uuid"], serde_json::json!([needs]), "{}", r.text);
+    assert_eq!(node["child_accounts"]["Needs"]["child_accounts"], serde_json::json!([]), "{}", r.text);
+    // Errors, filter answers, ping and hyper's own answers too.
+    s.post(&tok, "/deposit", serde_json::json!({"uuid": main})).json["error"]
+        .as_array()
+        .map(|a| assert_eq!(a[0], "amount is required"))
+        .expect("boxed error");
+    let r = s.raw("GET", "/get_balance", &[], Body::None);
+    assert_eq!(r.text, r#"{"success":[false],"status":[401],"error":["Missing or invalid token"]}"#);
+    assert_eq!(s.raw("GET", "/__ping__", &[], Body::None).text, r#"{"status":["ok"]}"#);
+    let (h, v) = raw_exchange(&s, b"GET /__ping__ HTTP/1.1\r\nBad: \x01\r\n\r\n");
+    assert!(h.starts_with("HTTP/1.1 400"), "{h}");
+    assert_eq!(v, serde_json::json!({"success": [false], "status": [400], "error": ["400 - Bad Request"]}));
+}
+
+#[test]
+fn plain_style_is_the_default() {
+    let s = Srv::start();
+    assert_eq!(s.cfg.response_style, pfm::config::ResponseStyle::Plain);
+    let (tok, main) = s.user("plain", "5");
+    let r = s.get(&tok, "/find_account_by_uuid", &format!("uuid={main}"));
+    assert_eq!(
+        (r.json["success"].clone(), r.json["parent_uuid"].clone()),
+        (serde_json::json!(true), serde_json::Value::Null)
+    );
+}

@@ -24,11 +24,13 @@ use tokio::sync::Semaphore;
 
 use super::conn_io::{ErrorAnswers, JsonErrors};
 use super::filter::{self, Pass};
+use super::json::reference_style;
 use super::params::Params;
 use super::response::{envelope, ApiError, Reply};
 use super::router::{route, Ep, Routed};
 use crate::api::{self, Rq};
 use crate::app::App;
+use crate::config::ResponseStyle;
 
 /// Largest accepted request body (SPEC 3.2).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -68,6 +70,10 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
         Err(r) => r,
         Ok(pass) => dispatch(&app, req, pass).await,
     };
+    let mut reply = reply;
+    if app.cfg.response_style == ResponseStyle::Reference && !reply.body.is_empty() {
+        reply.body = reference_style(&reply.body);
+    }
     let mut resp = reply.into_response();
     resp.headers_mut().insert("x-request-id", rid);
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
@@ -138,7 +144,9 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
 pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let answers = ErrorAnswers { cors_origin: app.cfg.cors_allow_origin.clone(), style: None };
+    let style =
+        (app.cfg.response_style == ResponseStyle::Reference).then_some(reference_style as fn(&str) -> String);
+    let answers = ErrorAnswers { cors_origin: app.cfg.cors_allow_origin.clone(), style };
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
