@@ -21,6 +21,8 @@ pub struct Identity {
     pub role: String,
 }
 
+/// Largest identity (user id and role, in bytes) the verified-token cache keeps.
+const MAX_CACHED_IDENTITY_BYTES: usize = 320;
 /// Longest accepted `user_id` claim.
 const MAX_CLAIM_USER_ID: usize = 256;
 
@@ -60,7 +62,11 @@ impl Jwt {
             Some(v) => v,
             None => {
                 let v = self.decode(token)?;
-                self.cache.with(token, |e| *e = Some(v.clone()));
+                // Only small identities are remembered, so the cache is bounded in bytes too; a
+                // token with a huge claim is simply verified again each time.
+                if v.identity.user_id.len() + v.identity.role.len() <= MAX_CACHED_IDENTITY_BYTES {
+                    self.cache.with(token, |e| *e = Some(v.clone()));
+                }
                 v
             }
         };
@@ -117,5 +123,19 @@ mod tests {
         assert!(j.verify(&t, 100.5).is_none());
         let other = Jwt::new(b"another key");
         assert!(other.verify(&t, 60.0).is_none());
+    }
+
+    #[test]
+    fn the_cache_is_bounded_in_entries_and_bytes() {
+        let j = Jwt::with_cache(b"k", 1024);
+        for i in 0..5000 {
+            let t = token(&j, json!({"user_id": format!("u{i}")}));
+            assert!(j.verify(&t, 0.0).is_some());
+        }
+        assert!(j.cache.len() <= j.cache.capacity() && j.cache.capacity() <= 1024);
+        let before = j.cache.len();
+        let huge = token(&j, json!({"user_id": "big", "role": "r".repeat(100_000)}));
+        assert_eq!(j.verify(&huge, 0.0).map(|i| i.role.len()), Some(100_000));
+        assert!(j.cache.len() <= before, "a huge identity is not cached");
     }
 }
