@@ -29,8 +29,10 @@ fn failed_auth_spends_the_client_ip_budget() {
     let r = s.raw("GET", "/get_balance", &[("Authorization", "Bearer bad3")], Body::None);
     assert_eq!(r.text, r#"{"success":false,"status":429,"error":"Rate limit exceeded. Try again later."}"#);
     assert_eq!(r.header("retry-after"), Some("10"));
-    // Public paths share that budget; a valid token is limited by its user, not the address.
+    // Public paths share that budget, and so does a missing token; a valid token is limited by
+    // its user, not the address.
     assert_eq!(s.raw("GET", "/__ping__", &[], Body::None).status, 429);
+    assert_eq!(s.raw("GET", "/get_balance", &[], Body::None).status, 429);
     s.get(&good, "/get_balance", "uuid=x").fails(404, "User not found or unauthorized access");
     s.clock.advance_micros(10_500_000);
     s.raw("GET", "/get_balance", &[("Authorization", "Bearer bad3")], Body::None)
