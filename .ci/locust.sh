@@ -19,10 +19,16 @@ cleanup() {
 }
 trap cleanup EXIT
 # LOCUST_VENV: reuse a virtualenv that already has this locust (local runs); CI makes a fresh one.
+# Without the venv module (some distributions package it apart) locust goes to a private dir.
 VENV=${LOCUST_VENV:-$WORK/venv}
-if ! "$VENV/bin/locust" --version 2>/dev/null | grep -q "locust $LOCUST_VERSION "; then
-  python3 -m venv "$VENV"
+if "$VENV/bin/python" -m locust --version 2>/dev/null | grep -q "locust $LOCUST_VERSION "; then
+  PY=("$VENV/bin/python")
+elif python3 -m venv "$VENV" 2>/dev/null; then
   "$VENV/bin/pip" install -q --disable-pip-version-check "locust==$LOCUST_VERSION"
+  PY=("$VENV/bin/python")
+else
+  python3 -m pip install -q --disable-pip-version-check --target "$WORK/pylib" "locust==$LOCUST_VERSION"
+  PY=(env "PYTHONPATH=$WORK/pylib" python3)
 fi
 python3 .ci/locust_check.py strip "$SCRIPT" "$WORK/locustfile.py"
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -36,7 +42,7 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 # locust exits non-zero whenever any request failed; the check below judges the failures.
-FAILURE_LOG="$WORK/failures.jsonl" timeout 150 "$VENV/bin/locust" \
+FAILURE_LOG="$WORK/failures.jsonl" timeout 150 "${PY[@]}" -m locust \
   -f "$WORK/locustfile.py,.ci/locust_hook.py" --headless -u 10 -r 5 -t 30s --stop-timeout 5 \
   --host "http://127.0.0.1:$PORT" --csv "$WORK/stats" --only-summary >"$WORK/locust.log" 2>&1 || true
 if ! python3 .ci/locust_check.py check "$WORK"; then
