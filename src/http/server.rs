@@ -66,11 +66,10 @@ fn request_id(req: &Request<Incoming>) -> HeaderValue {
 
 async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
     let rid = request_id(&req);
-    let reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
+    let mut reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
         Err(r) => r,
         Ok(pass) => dispatch(&app, req, pass).await,
     };
-    let mut reply = reply;
     if app.cfg.response_style == ResponseStyle::Reference && !reply.body.is_empty() {
         reply.body = reference_style(&reply.body);
     }
