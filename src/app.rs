@@ -71,12 +71,12 @@ impl App {
         Ok(Arc::new(App {
             users: Users::new(store.clone()),
             journal: store,
-            jwt: Jwt::new(secret.as_bytes()),
+            jwt: Jwt::with_cache(secret.as_bytes(), cfg.max_tracked_keys),
             passwords: Passwords::default(),
-            user_limiter: RateLimiter::new(cfg.max_requests, cfg.window_size),
-            ip_limiter: RateLimiter::new(cfg.max_requests, cfg.window_size),
-            auth_backoff: Backoff::default(),
-            login_backoff: Backoff::default(),
+            user_limiter: RateLimiter::with_capacity(cfg.max_requests, cfg.window_size, cfg.max_tracked_keys),
+            ip_limiter: RateLimiter::with_capacity(cfg.max_requests, cfg.window_size, cfg.max_tracked_keys),
+            auth_backoff: Backoff::with_capacity(cfg.max_tracked_keys),
+            login_backoff: Backoff::with_capacity(cfg.max_tracked_keys),
             cfg,
             clock,
         }))

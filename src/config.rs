@@ -40,6 +40,25 @@ pub struct Config {
     /// Enable CORS for this origin (or *)
     #[arg(long, env = "CORS_ALLOW_ORIGIN")]
     pub cors_allow_origin: Option<String>,
+    /// Keys each rate-limit, backoff and token-cache table remembers at most
+    #[arg(long, env = "MAX_TRACKED_KEYS", default_value_t = crate::auth::limits::DEFAULT_TRACKED_KEYS,
+          value_parser = clap::value_parser!(usize))]
+    pub max_tracked_keys: usize,
+    /// Seconds a request body may take to arrive in full before the answer is 408
+    #[arg(long = "body-timeout-secs", env = "BODY_TIMEOUT_SECS", default_value_t = 30)]
+    pub body_timeout_secs: u64,
+    /// `plain` (SPEC 3.5) or `reference`: answers shaped as the reference's serializer writes them
+    #[arg(long, env = "RESPONSE_STYLE", value_enum, default_value_t = ResponseStyle::Plain)]
+    pub response_style: ResponseStyle,
+}
+
+/// How answers are rendered.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseStyle {
+    /// SPEC 3.5: plain scalars, `null` for absent values.
+    Plain,
+    /// The reference's jsonlite output: scalars boxed in one-element arrays, `{}` for absent values.
+    Reference,
 }
 
 impl Config {
@@ -56,6 +75,9 @@ impl Config {
             token_endpoint_enabled: false,
             trust_proxy: false,
             cors_allow_origin: None,
+            max_tracked_keys: crate::auth::limits::DEFAULT_TRACKED_KEYS,
+            body_timeout_secs: 30,
+            response_style: ResponseStyle::Plain,
         }
     }
 }

@@ -87,6 +87,14 @@ fn a_newer_storage_format_refuses_to_start_with_a_clear_message() {
     let mut cfg = pfm::config::Config::for_dir(dir.path());
     cfg.jwt_secret = Some(common::SECRET.into());
     let clock = std::sync::Arc::new(pfm::clock::ManualClock::at_secs(common::T0));
-    let err = pfm::start(cfg, clock).err().expect("refuses to start").to_string();
+    // sled releases its file lock from a background thread after the handle above is dropped.
+    let mut err = String::new();
+    for _ in 0..100 {
+        err = pfm::start(cfg.clone(), clock.clone()).err().expect("refuses to start").to_string();
+        if !err.contains("could not acquire lock") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(err.contains("storage format 99") && err.contains("upgrade pfm"), "{err}");
 }

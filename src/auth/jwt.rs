@@ -1,19 +1,17 @@
 //! HS256 tokens (SPEC 4.3). jsonwebtoken checks the signature and the header algorithm only; the
 //! claim rules of 4.3 are applied here, because its defaults contradict them.
 
-use std::collections::HashMap;
-
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use parking_lot::Mutex;
 
-use super::limits::shard_of;
+use super::limits::{KeyTable, DEFAULT_TRACKED_KEYS};
 use serde_json::{Map, Value};
 
 pub struct Jwt {
     enc: EncodingKey,
     dec: DecodingKey,
     validation: Validation,
-    cache: Vec<Mutex<HashMap<String, Verified>>>,
+    /// Verified tokens by keyed hash (the token text is not kept).
+    cache: KeyTable<Verified>,
 }
 
 /// The identity a valid token carries.
@@ -23,11 +21,10 @@ pub struct Identity {
     pub role: String,
 }
 
+/// Largest identity (user id and role, in bytes) the verified-token cache keeps.
+const MAX_CACHED_IDENTITY_BYTES: usize = 320;
 /// Longest accepted `user_id` claim.
 const MAX_CLAIM_USER_ID: usize = 256;
-const CACHE_SHARDS: usize = 16;
-/// Verified tokens remembered per shard; a full shard is simply emptied.
-const CACHE_PER_SHARD: usize = 4096;
 
 /// A token whose signature and claim shapes are valid; only its times remain to check.
 #[derive(Debug, Clone)]
@@ -39,6 +36,11 @@ struct Verified {
 
 impl Jwt {
     pub fn new(secret: &[u8]) -> Jwt {
+        Jwt::with_cache(secret, DEFAULT_TRACKED_KEYS)
+    }
+
+    /// `cache_keys` bounds how many verified tokens are remembered.
+    pub fn with_cache(secret: &[u8], cache_keys: usize) -> Jwt {
         let mut v = Validation::new(Algorithm::HS256);
         v.required_spec_claims.clear();
         v.validate_exp = false;
@@ -49,24 +51,22 @@ impl Jwt {
             enc: EncodingKey::from_secret(secret),
             dec: DecodingKey::from_secret(secret),
             validation: v,
-            cache: (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            cache: KeyTable::new(cache_keys),
         }
     }
 
     /// Verifies a token at `now_secs`; `None` on any failure. A token whose signature and
     /// claims were checked once is remembered, so repeat requests only re-check its times.
     pub fn verify(&self, token: &str, now_secs: f64) -> Option<Identity> {
-        let shard = &self.cache[shard_of(token, CACHE_SHARDS)];
-        let hit = shard.lock().get(token).cloned();
-        let v = match hit {
+        let v = match self.cache.with(token, |e| e.clone()) {
             Some(v) => v,
             None => {
                 let v = self.decode(token)?;
-                let mut map = shard.lock();
-                if map.len() >= CACHE_PER_SHARD {
-                    map.clear();
+                // Only small identities are remembered, so the cache is bounded in bytes too; a
+                // token with a huge claim is simply verified again each time.
+                if v.identity.user_id.len() + v.identity.role.len() <= MAX_CACHED_IDENTITY_BYTES {
+                    self.cache.with(token, |e| *e = Some(v.clone()));
                 }
-                map.insert(token.to_string(), v.clone());
                 v
             }
         };
@@ -123,5 +123,19 @@ mod tests {
         assert!(j.verify(&t, 100.5).is_none());
         let other = Jwt::new(b"another key");
         assert!(other.verify(&t, 60.0).is_none());
+    }
+
+    #[test]
+    fn the_cache_is_bounded_in_entries_and_bytes() {
+        let j = Jwt::with_cache(b"k", 1024);
+        for i in 0..5000 {
+            let t = token(&j, json!({"user_id": format!("u{i}")}));
+            assert!(j.verify(&t, 0.0).is_some());
+        }
+        assert!(j.cache.len() <= j.cache.capacity() && j.cache.capacity() <= 1024);
+        let before = j.cache.len();
+        let huge = token(&j, json!({"user_id": "big", "role": "r".repeat(100_000)}));
+        assert_eq!(j.verify(&huge, 0.0).map(|i| i.role.len()), Some(100_000));
+        assert!(j.cache.len() <= before, "a huge identity is not cached");
     }
 }

@@ -1,22 +1,124 @@
-//! Fixed-window rate limits (SPEC 4.4) and failed-attempt backoff (4.5, 4.6). Tables are sharded
-//! parking_lot mutexes, never held across an await; idle entries are evicted so memory stays
-//! bounded under many distinct keys.
+//! Fixed-window rate limits (SPEC 4.4) and failed-attempt backoff (4.5, 4.6), over bounded key
+//! tables. A key is kept only as a keyed 128-bit hash, never as its text, so a 60 KB token costs
+//! the same 16 bytes as a short one; a table holds at most its capacity, and forgetting keys is
+//! O(1), so the cost of a request stays flat however many distinct keys arrive.
 
-use std::collections::hash_map::DefaultHasher;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 
 use parking_lot::Mutex;
 
-const SHARDS: usize = 32;
-/// A shard is swept for idle entries when it grows past this many keys.
-const SWEEP_AT: usize = 4096;
+const SHARDS: usize = 64;
+/// Keys a table remembers by default (SPEC 4.4-4.6 state; see [`KeyTable`]).
+pub const DEFAULT_TRACKED_KEYS: usize = 131_072;
 
-/// Which of `shards` tables holds `k`.
-pub(crate) fn shard_of<K: Hash + ?Sized>(k: &K, shards: usize) -> usize {
-    let mut h = DefaultHasher::new();
-    k.hash(&mut h);
-    (h.finish() as usize) % shards
+/// The keyed hash under which tables remember a key. Two independent SipHash keys give 128 bits,
+/// so distinct keys colliding is out of reach even for a client choosing its keys.
+#[derive(Clone)]
+pub struct KeyHasher {
+    a: RandomState,
+    b: RandomState,
+}
+
+impl Default for KeyHasher {
+    fn default() -> Self {
+        KeyHasher { a: RandomState::new(), b: RandomState::new() }
+    }
+}
+
+impl KeyHasher {
+    pub fn hash(&self, key: &str) -> u128 {
+        (u128::from(self.a.hash_one(key)) << 64) | u128::from(self.b.hash_one(key))
+    }
+}
+
+/// An identity hasher for keys that already are uniform hashes.
+#[derive(Clone, Copy, Default)]
+struct PreHashed(u64);
+
+impl std::hash::Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
+type Gen<V> = HashMap<u128, V, std::hash::BuildHasherDefault<PreHashed>>;
+
+/// One shard: two generations. New and touched keys live in `young`; when `young` is full it
+/// becomes `old` and the previous `old` is dropped whole (one deallocation: the values own no
+/// heap memory, or little), so a key untouched for a whole generation is forgotten. That is an
+/// approximate least-recently-used policy with O(1) work per request and at most
+/// 2 x `per_gen` keys per shard.
+struct Shard<V> {
+    young: Gen<V>,
+    old: Gen<V>,
+}
+
+/// A bounded map from string keys (held as hashes) to small values.
+pub struct KeyTable<V> {
+    hasher: KeyHasher,
+    per_gen: usize,
+    shards: Vec<Mutex<Shard<V>>>,
+}
+
+impl<V> KeyTable<V> {
+    /// A table remembering at most about `capacity` keys (never more).
+    pub fn new(capacity: usize) -> KeyTable<V> {
+        let per_gen = (capacity / (2 * SHARDS)).max(1);
+        KeyTable {
+            hasher: KeyHasher::default(),
+            per_gen,
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Shard { young: Gen::default(), old: Gen::default() }))
+                .collect(),
+        }
+    }
+
+    /// Most keys the table can hold at once.
+    pub fn capacity(&self) -> usize {
+        2 * SHARDS * self.per_gen
+    }
+
+    /// Keys held now (a test and diagnostics aid; locks every shard in turn).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock();
+                s.young.len() + s.old.len()
+            })
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs `f` on the entry of `key` (`None` when absent). Whatever `f` leaves in the option is
+    /// stored (`None` forgets the key).
+    pub fn with<R>(&self, key: &str, f: impl FnOnce(&mut Option<V>) -> R) -> R {
+        let h = self.hasher.hash(key);
+        let mut guard = self.shards[(h >> 64) as usize % SHARDS].lock();
+        let s = &mut *guard;
+        let mut cur = s.young.remove(&h).or_else(|| s.old.remove(&h));
+        let r = f(&mut cur);
+        if let Some(v) = cur {
+            if s.young.len() >= self.per_gen {
+                s.old = std::mem::take(&mut s.young);
+            }
+            s.young.insert(h, v);
+        }
+        r
+    }
 }
 
 /// Outcome of a limiter check.
@@ -30,27 +132,26 @@ pub enum Verdict {
 pub struct RateLimiter {
     max_requests: u64,
     window_secs: f64,
-    shards: Vec<Mutex<HashMap<String, (f64, u64)>>>,
+    table: KeyTable<(f64, u64)>,
 }
 
 impl RateLimiter {
     pub fn new(max_requests: u64, window_secs: u64) -> RateLimiter {
-        RateLimiter {
-            max_requests,
-            window_secs: window_secs as f64,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-        }
+        RateLimiter::with_capacity(max_requests, window_secs, DEFAULT_TRACKED_KEYS)
+    }
+
+    pub fn with_capacity(max_requests: u64, window_secs: u64, keys: usize) -> RateLimiter {
+        RateLimiter { max_requests, window_secs: window_secs as f64, table: KeyTable::new(keys) }
+    }
+
+    pub fn table(&self) -> &KeyTable<(f64, u64)> {
+        &self.table
     }
 
     pub fn check(&self, key: &str, t: f64) -> Verdict {
-        let mut map = self.shards[shard_of(key, SHARDS)].lock();
-        if map.len() >= SWEEP_AT && !map.contains_key(key) {
-            let w = self.window_secs;
-            map.retain(|_, (start, _)| t - *start <= w);
-        }
-        match map.get_mut(key) {
+        self.table.with(key, |e| match e {
             None => {
-                map.insert(key.to_string(), (t, 1));
+                *e = Some((t, 1));
                 Verdict::Allow
             }
             Some((start, count)) => {
@@ -66,13 +167,13 @@ impl RateLimiter {
                     Verdict::Deny(wait.max(1.0) as u64)
                 }
             }
-        }
+        })
     }
 }
 
-/// Exponential backoff keyed by a failing credential (token string or login user id).
+/// Exponential backoff keyed by a failing credential (token or login user id, held as a hash).
 pub struct Backoff {
-    shards: Vec<Mutex<HashMap<String, (f64, u32)>>>,
+    table: KeyTable<(f64, u32)>,
 }
 
 /// Attempt counter cap: the longest wait is 2^16 s.
@@ -91,7 +192,7 @@ pub enum Failure {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        Backoff::with_capacity(DEFAULT_TRACKED_KEYS)
     }
 }
 
@@ -102,10 +203,17 @@ fn fmt_wait(secs: f64) -> String {
 }
 
 impl Backoff {
+    pub fn with_capacity(keys: usize) -> Backoff {
+        Backoff { table: KeyTable::new(keys) }
+    }
+
+    pub fn table(&self) -> &KeyTable<(f64, u32)> {
+        &self.table
+    }
+
     /// Whether a wait is running for `key` (without recording anything).
     pub fn pending(&self, key: &str, t: f64) -> Option<Failure> {
-        let map = self.shards[shard_of(key, SHARDS)].lock();
-        let (last, attempt) = *map.get(key)?;
+        let (last, attempt) = self.table.with(key, |e| *e)?;
         let wait = wait_secs(attempt);
         let elapsed = t - last;
         (elapsed < wait && elapsed < IDLE_SECS).then(|| waiting(wait - elapsed))
@@ -113,11 +221,7 @@ impl Backoff {
 
     /// Records a failure at `t` per SPEC 4.5.
     pub fn fail(&self, key: &str, t: f64) -> Failure {
-        let mut map = self.shards[shard_of(key, SHARDS)].lock();
-        if map.len() >= SWEEP_AT && !map.contains_key(key) {
-            map.retain(|_, (last, _)| t - *last < IDLE_SECS);
-        }
-        match map.get_mut(key) {
+        self.table.with(key, |e| match e {
             Some((last, attempt)) if t - *last < IDLE_SECS => {
                 let wait = wait_secs(*attempt);
                 let elapsed = t - *last;
@@ -130,17 +234,16 @@ impl Backoff {
                 }
             }
             _ => {
-                map.insert(key.to_string(), (t, 0));
+                *e = Some((t, 0));
                 Failure::Reject
             }
-        }
+        })
     }
 
     pub fn clear(&self, key: &str) {
-        self.shards[shard_of(key, SHARDS)].lock().remove(key);
+        self.table.with(key, |e| *e = None);
     }
 }
-
 /// `2^attempt` seconds, the attempt capped (D26).
 fn wait_secs(attempt: u32) -> f64 {
     f64::from(1u32 << attempt.min(MAX_ATTEMPT))
@@ -177,5 +280,36 @@ mod tests {
         assert_eq!(b.fail("t", 2.0), Failure::Wait("Too many failed attempts. Wait 1.5 seconds.".into(), 2));
         assert_eq!(b.fail("t", 3.5), Failure::Reject);
         assert_eq!(b.fail("t", 5.0), Failure::Wait("Too many failed attempts. Wait 2.5 seconds.".into(), 3));
+    }
+
+    #[test]
+    fn half_a_million_distinct_keys_stay_within_capacity() {
+        let cap = 16_384;
+        let b = Backoff::with_capacity(cap);
+        let l = RateLimiter::with_capacity(3, 10, cap);
+        // Long keys cost no more than short ones: only their hash is kept.
+        let long = "x".repeat(60_000);
+        b.fail(&long, 0.0);
+        for i in 0..500_000u32 {
+            let k = format!("token-{i}");
+            assert_eq!(b.fail(&k, 1.0), Failure::Reject);
+            assert_eq!(l.check(&k, 1.0), Verdict::Allow);
+        }
+        assert!(b.table().len() <= b.table().capacity(), "{}", b.table().len());
+        assert!(l.table().len() <= l.table().capacity());
+        assert!(b.table().capacity() <= cap && b.table().len() >= cap / 2);
+    }
+
+    #[test]
+    fn a_key_in_use_survives_a_flood_of_new_keys() {
+        let b = Backoff::with_capacity(1024);
+        assert_eq!(b.fail("victim", 0.0), Failure::Reject);
+        for i in 0..100_000u32 {
+            b.fail(&format!("k{i}"), 0.5);
+            if i % 20 == 0 {
+                // The victim's wait is still running, and asking keeps it young.
+                assert!(b.pending("victim", 0.5).is_some(), "forgotten after {i} keys");
+            }
+        }
     }
 }

@@ -66,12 +66,23 @@ pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: Ip
         };
     }
     let header = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes).unwrap_or_default();
-    let Some(rest) = header.strip_prefix(b"Bearer ") else {
+    // HTTP drops a header value's trailing whitespace, so `Bearer ` arrives as `Bearer`: that is
+    // the scheme with an empty token, which fails verification (SPEC 4.2 step 2).
+    let rest = if header == b"Bearer" { Some(&b""[..]) } else { header.strip_prefix(b"Bearer ") };
+    // A failed authentication also spends the client's IP budget (the one public paths use), so
+    // unauthenticated traffic from one address is bounded however many tokens it tries.
+    let ip_budget = || match app.ip_limiter.check(&client_ip(app, headers, peer), t) {
+        Verdict::Allow => Ok(()),
+        Verdict::Deny(s) => Err(too_many("Rate limit exceeded. Try again later.", s)),
+    };
+    let Some(rest) = rest else {
+        ip_budget()?;
         return Err(Reply::bare(401, "Missing or invalid token"));
     };
     let token = String::from_utf8_lossy(rest);
     let token = token.trim_matches(|c: char| c.is_ascii_whitespace());
     let Some(ident) = app.jwt.verify(token, t) else {
+        ip_budget()?;
         return Err(match app.auth_backoff.fail(token, t) {
             Failure::Reject => Reply::bare(401, "Invalid or expired token"),
             Failure::Wait(msg, s) => too_many(&msg, s),

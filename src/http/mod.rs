@@ -2,6 +2,7 @@
 //! and the embedded web page's static files (assets).
 
 pub mod assets;
+pub mod conn_io;
 pub mod filter;
 pub mod json;
 pub mod params;

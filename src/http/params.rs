@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{Deserializer as _, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::response::ApiError;
@@ -37,7 +38,8 @@ pub enum NumVal {
 enum Body {
     #[default]
     None,
-    Json(Vec<(String, Value)>),
+    /// Name, value, and for a number (or a one-element array holding one) its literal text.
+    Json(Vec<(String, Value, Option<String>)>),
     Form(Vec<(String, String)>),
 }
 
@@ -92,43 +94,63 @@ fn parse_pairs(s: &str) -> Vec<(String, String)> {
 /// Visits a JSON object keeping the first occurrence of each key.
 struct FirstWins;
 
+/// The literal text of a JSON number, or of the number inside a one-element array: serde_json
+/// rewrites exponents (`1e3` becomes `1e+3`), SPEC 3.3 wants the text as written.
+fn number_text(raw: &str, v: &Value) -> Option<String> {
+    let raw = raw.trim_matches(|c: char| c.is_ascii_whitespace());
+    match v {
+        Value::Number(_) => Some(raw.to_string()),
+        Value::Array(a) if a.len() == 1 && a[0].is_number() => {
+            let inner = raw.strip_prefix('[')?.strip_suffix(']')?;
+            Some(inner.trim_matches(|c: char| c.is_ascii_whitespace()).to_string())
+        }
+        _ => None,
+    }
+}
+
 impl<'de> Visitor<'de> for FirstWins {
-    type Value = Vec<(String, Value)>;
+    type Value = Vec<(String, Value, Option<String>)>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out: Vec<(String, Value)> = Vec::new();
+        let mut out: Vec<(String, Value, Option<String>)> = Vec::new();
         while let Some(k) = map.next_key::<String>()? {
-            let v: Value = map.next_value()?;
-            if !out.iter().any(|(ek, _)| *ek == k) {
-                out.push((k, v));
+            let raw: &'de RawValue = map.next_value()?;
+            if out.iter().any(|(ek, _, _)| *ek == k) {
+                continue;
             }
+            let v: Value = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
+            let lit = number_text(raw.get(), &v);
+            out.push((k, v, lit));
         }
         Ok(out)
     }
 }
 
-fn parse_json_object(body: &[u8]) -> Option<Vec<(String, Value)>> {
+fn parse_json_object(body: &[u8]) -> Option<Vec<(String, Value, Option<String>)>> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let v = (&mut de).deserialize_map(FirstWins).ok()?;
     de.end().ok()?;
     Some(v)
 }
 
-fn json_pval(v: &Value) -> PVal<'_> {
+fn json_pval<'a>(v: &'a Value, lit: Option<&'a str>) -> PVal<'a> {
     match v {
         Value::Null => PVal::Missing,
         Value::String(s) if s.is_empty() => PVal::Empty,
         Value::String(s) => PVal::Str(Cow::Borrowed(s)),
-        Value::Number(n) => PVal::Num(Cow::Owned(n.to_string())),
+        Value::Number(n) => match lit {
+            Some(t) => PVal::Num(Cow::Borrowed(t)),
+            None => PVal::Num(Cow::Owned(n.to_string())),
+        },
         Value::Bool(b) => PVal::Bool(*b),
         Value::Object(o) if o.is_empty() => PVal::Missing,
         Value::Object(_) => PVal::Invalid,
         Value::Array(a) if a.is_empty() => PVal::Missing,
         Value::Array(a) if a.len() == 1 => match &a[0] {
             Value::Array(_) | Value::Object(_) => PVal::Invalid,
-            inner => json_pval(inner),
+            inner => json_pval(inner, lit),
         },
         Value::Array(_) => PVal::Invalid,
     }
@@ -173,7 +195,10 @@ impl Params {
             Body::Form(pairs) => {
                 pairs.iter().find(|(k, _)| k == name).map_or(PVal::Missing, |(_, v)| text(v))
             }
-            Body::Json(m) => m.iter().find(|(k, _)| k == name).map_or(PVal::Missing, |(_, v)| json_pval(v)),
+            Body::Json(m) => m
+                .iter()
+                .find(|(k, _, _)| k == name)
+                .map_or(PVal::Missing, |(_, v, lit)| json_pval(v, lit.as_deref())),
         }
     }
 
@@ -256,6 +281,10 @@ mod tests {
         assert_eq!(p.get("n"), PVal::Missing);
         assert_eq!(p.get("s"), PVal::Empty);
         assert_eq!(p.get("e"), PVal::Empty);
+        let lit = Params::parse(None, None, br#"{"t":1e3,"u":[ 2.50E-1 ],"v":-0.0}"#).unwrap();
+        assert_eq!(lit.get("t"), PVal::Num("1e3".into()));
+        assert_eq!(lit.get("u"), PVal::Num("2.50E-1".into()));
+        assert_eq!(lit.str("v").unwrap().as_deref(), Some("-0.0"));
         let dup = Params::parse(None, None, br#"{"a":"1","a":"2"}"#).unwrap();
         assert_eq!(dup.get("a"), PVal::Str("1".into()));
         assert!(Params::parse(None, Some("application/json"), b"[1]").is_err());

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -23,12 +23,15 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::assets;
+use super::conn_io::{ErrorAnswers, JsonErrors};
 use super::filter::{self, Pass};
+use super::json::reference_style;
 use super::params::Params;
 use super::response::{envelope, ApiError, Reply};
 use super::router::{route, Ep, Routed};
 use crate::api::{self, Rq};
 use crate::app::App;
+use crate::config::ResponseStyle;
 
 /// Largest accepted request body (SPEC 3.2).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -64,10 +67,13 @@ fn request_id(req: &Request<Incoming>) -> HeaderValue {
 
 async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
     let rid = request_id(&req);
-    let reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
+    let mut reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
         Err(r) => r,
         Ok(pass) => dispatch(&app, req, pass).await,
     };
+    if app.cfg.response_style == ResponseStyle::Reference && !reply.body.is_empty() {
+        reply.body = reference_style(&reply.body);
+    }
     let mut resp = reply.into_response();
     resp.headers_mut().insert("x-request-id", rid);
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
@@ -101,7 +107,15 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
         return too_large();
     }
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+    // A body that never (fully) arrives must not hold the connection: after the deadline the
+    // answer is 408 and the connection closes, dropping whatever was left unread.
+    let deadline = Duration::from_secs(app.cfg.body_timeout_secs);
+    let read = tokio::time::timeout(deadline, Limited::new(body, MAX_BODY_BYTES).collect()).await;
+    let Ok(read) = read else {
+        return Reply::bare(408, "Request body not received in time")
+            .header(CONNECTION, HeaderValue::from_static("close"));
+    };
+    let body = match read {
         Ok(b) => b.to_bytes(),
         Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return too_large(),
         Err(e) => {
@@ -133,6 +147,9 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
 pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let style =
+        (app.cfg.response_style == ResponseStyle::Reference).then_some(reference_style as fn(&str) -> String);
+    let answers = ErrorAnswers { cors_origin: app.cfg.cors_allow_origin.clone(), style };
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -159,7 +176,7 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(Duration::from_secs(30))
-            .serve_connection(TokioIo::new(stream), svc);
+            .serve_connection(TokioIo::new(JsonErrors::new(stream, answers.clone())), svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _permit = permit;

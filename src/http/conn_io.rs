@@ -1,0 +1,196 @@
+//! The connection's byte stream, with one correction: hyper answers a request it cannot parse
+//! (bad bytes: 400, a URI over 64 KiB: 414, headers over its buffer: 431) by itself, with an
+//! empty body and no `Content-Type`, before any of our code sees a request. SPEC 3.1 wants every
+//! answer to be JSON, so such an answer is recognised on its way out and replaced by the same
+//! status with a filter-shaped JSON body. Nothing else passes through differently.
+//!
+//! Recognising it is safe: hyper's automatic answer is a head only (`content-length: 0`, no
+//! `content-type`), while every answer of ours carries `content-type: application/json`, and a
+//! JSON body can never contain the CR LF sequences a head is made of.
+//!
+//! What still gets no JSON answer, because hyper writes nothing at all: a connection whose
+//! request head does not complete within the 30 s header timeout, and an HTTP/2 preface (this
+//! server speaks HTTP/1.1 only); both are simply closed.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::response::Reply;
+
+/// What a replaced answer carries besides its body.
+#[derive(Clone, Default)]
+pub struct ErrorAnswers {
+    /// `Access-Control-Allow-Origin` value, when CORS is on.
+    pub cors_origin: Option<String>,
+    /// Renders a finished JSON body in the configured response style.
+    pub style: Option<fn(&str) -> String>,
+}
+
+pub struct JsonErrors<S> {
+    inner: S,
+    opts: ErrorAnswers,
+    /// Replacement bytes still to be written.
+    pending: Vec<u8>,
+    written: usize,
+}
+
+impl<S> JsonErrors<S> {
+    pub fn new(inner: S, opts: ErrorAnswers) -> JsonErrors<S> {
+        JsonErrors { inner, opts, pending: Vec::new(), written: 0 }
+    }
+}
+
+/// The error text for a status hyper answers by itself, in the routing errors' wording.
+fn message(status: &[u8]) -> Option<(u16, &'static str)> {
+    match status {
+        b"400" => Some((400, "400 - Bad Request")),
+        b"414" => Some((414, "414 - URI Too Long")),
+        b"431" => Some((431, "431 - Request Header Fields Too Large")),
+        _ => None,
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+/// A JSON replacement for `buf` when `buf` is hyper's own bodiless error answer.
+fn replacement(buf: &[u8], opts: &ErrorAnswers) -> Option<Vec<u8>> {
+    let rest = buf.strip_prefix(b"HTTP/1.1 ")?;
+    let (status, msg) = message(rest.get(..3)?)?;
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = &buf[..end + 2];
+    if end + 4 != buf.len()
+        || contains(head, b"\r\ncontent-type:")
+        || !contains(head, b"\r\ncontent-length: 0\r\n")
+    {
+        return None;
+    }
+    let mut body = Reply::bare(status, msg).body;
+    if let Some(style) = opts.style {
+        body = style(&body);
+    }
+    let mut out = Vec::with_capacity(head.len() + body.len() + 160);
+    // Keep hyper's status line and its other headers (connection: close, date).
+    for line in head.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        if line.len() >= 15 && line[..15].eq_ignore_ascii_case(b"content-length:") {
+            continue;
+        }
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"content-type: application/json\r\n");
+    out.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+    out.extend_from_slice(format!("x-request-id: {}\r\n", uuid::Uuid::new_v4()).as_bytes());
+    if let Some(o) = &opts.cors_origin {
+        if !o.bytes().any(|b| b == b'\r' || b == b'\n') {
+            out.extend_from_slice(format!("access-control-allow-origin: {o}\r\n").as_bytes());
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body.as_bytes());
+    Some(out)
+}
+
+/// `buf` with hyper's automatic answer at its end replaced, if there is one. Usually the answer
+/// is the whole buffer; after a partial write the unsent end of the previous answer (a JSON body,
+/// or nothing after a head for 204) can precede it.
+fn rewrite(buf: &[u8], opts: &ErrorAnswers) -> Option<Vec<u8>> {
+    if !buf.ends_with(b"\r\n\r\n") {
+        return None;
+    }
+    let p = buf.windows(9).rposition(|w| w == b"HTTP/1.1 ")?;
+    let before = &buf[..p];
+    if !(before.is_empty() || before.ends_with(b"}") || before.ends_with(b"\r\n\r\n")) {
+        return None;
+    }
+    let mut out = before.to_vec();
+    out.extend(replacement(&buf[p..], opts)?);
+    Some(out)
+}
+
+impl<S: AsyncWrite + Unpin> JsonErrors<S> {
+    /// Writes out replacement bytes; ready once none are left.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.written < self.pending.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.written += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for JsonErrors<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for JsonErrors<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        ready!(self.drain(cx))?;
+        if let Some(bytes) = rewrite(buf, &self.opts) {
+            self.pending = bytes;
+            self.written = 0;
+            // hyper's bytes count as written; ours go out now or on the next flush/shutdown.
+            if let Poll::Ready(Err(e)) = self.drain(cx) {
+                return Poll::Ready(Err(e));
+            }
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.drain(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    // Not vectored: hyper then hands each answer over as one buffer, head first, which is what
+    // recognising its automatic answers relies on.
+    fn is_write_vectored(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_hypers_bodiless_answers_are_replaced() {
+        let o = ErrorAnswers::default();
+        let hyper414 =
+            b"HTTP/1.1 414 URI Too Long\r\nconnection: close\r\ncontent-length: 0\r\ndate: X\r\n\r\n";
+        let out = String::from_utf8(replacement(hyper414, &o).unwrap()).unwrap();
+        assert!(out.starts_with("HTTP/1.1 414 URI Too Long\r\nconnection: close\r\ndate: X\r\n"), "{out}");
+        assert!(out.contains("content-type: application/json\r\n"));
+        assert!(out.ends_with(r#"{"success":false,"status":414,"error":"414 - URI Too Long"}"#));
+        let ours = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 0\r\n\r\n";
+        assert!(replacement(ours, &o).is_none());
+        let with_body = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n{}";
+        assert!(replacement(with_body, &o).is_none());
+        assert!(replacement(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n", &o).is_none());
+        // After a partial write, the rest of the previous answer goes out unchanged first.
+        let mut tail = b"\"x\"}".to_vec();
+        tail.extend_from_slice(hyper414);
+        let out = String::from_utf8(rewrite(&tail, &o).unwrap()).unwrap();
+        assert!(out.starts_with("\"x\"}HTTP/1.1 414 URI Too Long\r\n"), "{out}");
+        assert!(rewrite(b"{\"a\":\"HTTP/1.1 400 x\r\ncontent-length: 0\r\n\r\n", &o).is_none());
+    }
+}

@@ -1,0 +1,268 @@
+//! Hostile input at bounded cost (issue 9): bounded key tables, failed auth against the IP
+//! budget, empty bearer tokens, a body that never arrives, answers hyper itself would give, JSON
+//! number texts, and the reference response style. All over real HTTP or raw TCP.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{Body, Srv};
+
+fn bearer(tok: &str) -> String {
+    format!("Bearer {tok}")
+}
+
+#[test]
+fn failed_auth_spends_the_client_ip_budget() {
+    let s = Srv::start_with(|c| {
+        c.max_requests = 3;
+        c.window_size = 10;
+    });
+    let good = s.token("u", "user");
+    for i in 0..3 {
+        let r = s.raw("GET", "/get_balance", &[("Authorization", &bearer(&format!("bad{i}")))], Body::None);
+        r.fails(401, "Invalid or expired token");
+    }
+    // A fourth distinct bad token finds the address's budget spent.
+    let r = s.raw("GET", "/get_balance", &[("Authorization", "Bearer bad3")], Body::None);
+    assert_eq!(r.text, r#"{"success":false,"status":429,"error":"Rate limit exceeded. Try again later."}"#);
+    assert_eq!(r.header("retry-after"), Some("10"));
+    // Public paths share that budget, and so does a missing token; a valid token is limited by
+    // its user, not the address.
+    assert_eq!(s.raw("GET", "/__ping__", &[], Body::None).status, 429);
+    assert_eq!(s.raw("GET", "/get_balance", &[], Body::None).status, 429);
+    s.get(&good, "/get_balance", "uuid=x").fails(404, "User not found or unauthorized access");
+    s.clock.advance_micros(10_500_000);
+    s.raw("GET", "/get_balance", &[("Authorization", "Bearer bad3")], Body::None)
+        .fails(401, "Invalid or expired token");
+}
+
+#[test]
+fn many_distinct_bad_tokens_leave_the_tables_bounded() {
+    let s = Srv::start_with(|c| c.max_tracked_keys = 512);
+    let app = s.run.as_ref().unwrap().app.clone();
+    let long = "a".repeat(60_000);
+    // One keep-alive connection, so the test measures the tables, not connection setup.
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for i in 0..3000 {
+        let tok = if i % 100 == 0 { format!("{long}{i}") } else { format!("bad-token-{i}") };
+        let req = format!("GET /get_balance HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\n\r\n");
+        c.write_all(req.as_bytes()).unwrap();
+        let n = c.read(&mut buf).unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]);
+        assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    }
+    let b = app.auth_backoff.table();
+    assert!(b.len() <= b.capacity() && b.capacity() <= 512, "{} of {}", b.len(), b.capacity());
+    assert!(app.ip_limiter.table().len() <= 1);
+}
+
+#[test]
+fn empty_bearer_token_fails_verification_and_counts_for_backoff() {
+    let s = Srv::start();
+    for h in ["Bearer ", "Bearer    "] {
+        let mut c = TcpStream::connect(s.addr()).unwrap();
+        write!(c, "GET /get_balance HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: {h}\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        let body = out.split_once("\r\n\r\n").unwrap().1;
+        if h == "Bearer " {
+            assert!(out.starts_with("HTTP/1.1 401"), "{out}");
+            assert_eq!(body, r#"{"success":false,"status":401,"error":"Invalid or expired token"}"#);
+        } else {
+            // The same (empty) token again within its wait: the backoff answers.
+            assert!(out.starts_with("HTTP/1.1 429"), "{out}");
+            assert!(body.contains("Too many failed attempts. Wait 1 seconds."), "{body}");
+        }
+    }
+    // Without the scheme it is still "missing".
+    s.raw("GET", "/get_balance", &[("Authorization", "Bearerx")], Body::None)
+        .fails(401, "Missing or invalid token");
+}
+
+#[test]
+fn a_json_number_for_a_string_parameter_keeps_its_literal_text() {
+    let s = Srv::start();
+    let (tok, main) = s.user("lit", "0");
+    let body = format!(
+        r#"{{"uuid":"{main}","amount":1.5E1,"channel":"ABSA","transaction_number":1e3,"initiated_by":[ 2.50E-1 ]}}"#
+    );
+    let r = s.raw(
+        "POST",
+        "/deposit",
+        &[("Authorization", &bearer(&tok))],
+        Body::Raw("application/json", body.as_bytes()),
+    );
+    r.ok();
+    assert_eq!(r.n("amount"), "15");
+    let tx = s.txs(&tok, &main);
+    assert_eq!(tx.len(), 1, "{tx:?}");
+    assert_eq!(tx[0]["TransactionID"], serde_json::json!("1e3"));
+    assert_eq!(tx[0]["By"], serde_json::json!("2.50E-1"));
+}
+
+/// Reads everything until the server closes, failing after `limit`.
+fn read_until_closed(c: &mut TcpStream, limit: Duration) -> String {
+    c.set_read_timeout(Some(limit)).unwrap();
+    let mut out = Vec::new();
+    c.read_to_end(&mut out).expect("the server closes the connection in time");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn a_body_that_never_arrives_gets_408_and_the_connection_closes() {
+    let s = Srv::start_with(|c| c.body_timeout_secs = 1);
+    let tok = s.token("u", "user");
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    let started = Instant::now();
+    write!(
+        c,
+        "POST /deposit HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{{\"a\""
+    )
+    .unwrap();
+    let out = read_until_closed(&mut c, Duration::from_secs(10));
+    assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("connection: close"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"success": false, "status": 408, "error": "Request body not received in time"})
+    );
+}
+
+/// Sends raw bytes (ignoring a reset once the server answered early) and returns the head and
+/// the parsed JSON body of the answer.
+fn raw_exchange(s: &Srv, bytes: &[u8]) -> (String, serde_json::Value) {
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    for chunk in bytes.chunks(64 * 1024) {
+        if c.write_all(chunk).is_err() {
+            break;
+        }
+    }
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no answer: {text:?}"));
+    let v = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    (head.to_string(), v)
+}
+
+#[track_caller]
+fn assert_json_answer(head: &str, v: &serde_json::Value, status: u16, msg: &str) {
+    assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+    let h = head.to_ascii_lowercase();
+    assert!(h.contains("\r\ncontent-type: application/json\r\n"), "{head}");
+    assert!(h.contains("\r\nx-request-id: "), "{head}");
+    assert_eq!(*v, serde_json::json!({"success": false, "status": status, "error": msg}));
+}
+
+#[test]
+fn answers_hyper_gives_itself_are_json_envelopes() {
+    let s = Srv::start();
+    let (h, v) = raw_exchange(&s, b"GET /__ping__ HTTP/1.1\r\nHost: t\r\nX-Bad: a\x01b\r\n\r\n");
+    assert_json_answer(&h, &v, 400, "400 - Bad Request");
+    let (h, v) = raw_exchange(&s, b"POST /login HTTP/1.1\r\nHost: t\r\nContent-Length: ten\r\n\r\n");
+    assert_json_answer(&h, &v, 400, "400 - Bad Request");
+    let (h, v) = raw_exchange(&s, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http at all");
+    assert_json_answer(&h, &v, 400, "400 - Bad Request");
+    let long = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(70_000));
+    let (h, v) = raw_exchange(&s, long.as_bytes());
+    assert_json_answer(&h, &v, 414, "414 - URI Too Long");
+    let big = format!("GET /__ping__ HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "b".repeat(1 << 20));
+    let (h, v) = raw_exchange(&s, big.as_bytes());
+    assert_json_answer(&h, &v, 431, "431 - Request Header Fields Too Large");
+}
+
+#[test]
+fn a_bad_request_after_good_ones_on_one_connection_still_gets_json() {
+    let s = Srv::start();
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    c.write_all(b"GET /__ping__ HTTP/1.1\r\nHost: t\r\n\r\nGET /__ping__ HTTP/1.1\r\nHost: t\r\n\r\nGET /x HTTP/1.1\r\nBad: \x01\r\n\r\n")
+        .unwrap();
+    let out = read_until_closed(&mut c, Duration::from_secs(10));
+    assert_eq!(out.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{out}");
+    assert_eq!(out.matches("content-type: application/json\r\n").count(), 3, "{out}");
+    assert!(out.ends_with(r#"{"success":false,"status":400,"error":"400 - Bad Request"}"#), "{out}");
+}
+
+#[test]
+fn reference_style_renders_as_the_reference_serializer_does() {
+    let s = Srv::start_with(|c| c.response_style = pfm::config::ResponseStyle::Reference);
+    let tok = s.token("refu", "user");
+    let r = s.post(&tok, "/register", serde_json::json!({"user_id": "refu", "initial_balance": 1000}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["success"], serde_json::json!([true]));
+    assert_eq!(r.json["status"], serde_json::json!([200]));
+    assert_eq!(r.json["user_id"], serde_json::json!(["refu"]));
+    let main = r.json["uuid"][0].as_str().unwrap().to_string();
+    assert!(r.json["execution_time"].is_array() && r.json["start_time"].is_array(), "{}", r.text);
+    // The reference's own client sends the boxed uuid back as it got it.
+    let r = s.post(
+        &tok,
+        "/add_sub_account",
+        serde_json::json!({"parent_uuid": [main], "name": "Needs", "allocation": 0.333333}),
+    );
+    assert_eq!(r.json["child_type"], serde_json::json!(["ChildAccount"]), "{}", r.text);
+    assert_eq!(r.json["allocation"], serde_json::json!([0.3333]), "{}", r.text);
+    let needs = r.json["uuid"][0].as_str().unwrap().to_string();
+    let r = s.post(&tok, "/deposit", serde_json::json!({"uuid": main, "amount": 10.5, "channel": "ABSA"}));
+    assert_eq!(r.json["amount"], serde_json::json!([10.5]), "{}", r.text);
+    assert!(r.json["balance"][0].is_number(), "{}", r.text);
+    // get_transactions: a data frame, rows of plain values.
+    let r = s.get(&tok, "/get_transactions", &format!("uuid={needs}"));
+    assert_eq!(r.json["transaction_count"], serde_json::json!([1]), "{}", r.text);
+    let row = &r.json["transactions"][0];
+    assert_eq!(row["Type"], serde_json::json!("Deposit"), "{}", r.text);
+    assert!(row["Amount"].is_number() && row["Date"].is_string(), "{}", r.text);
+    // A character vector stays a plain array; a list of lists is an array of boxed objects.
+    let r = s.get(&tok, "/list_child_accounts", &format!("uuid={main}"));
+    assert_eq!(r.json["child_account_names"], serde_json::json!(["Needs"]), "{}", r.text);
+    let r = s.get(&tok, "/find_account_by_name", "name=Needs");
+    assert_eq!(r.json["matches"][0]["uuid"], serde_json::json!([needs]), "{}", r.text);
+    assert_eq!(r.json["total_matches"], serde_json::json!([1]));
+    // NULL is {}.
+    let r = s.get(&tok, "/find_account_by_uuid", &format!("uuid={main}"));
+    assert_eq!(
+        (r.json["parent_uuid"].clone(), r.json["allocation"].clone()),
+        (serde_json::json!({}), serde_json::json!({})),
+        "{}",
+        r.text
+    );
+    // Minimal tree: named lists are objects, empty ones [].
+    let r = s.get(&tok, "/get_minimal_tree", "");
+    let node = &r.json["minimal_tree"];
+    assert_eq!(node["child_accounts_list"]["Needs"]["uuid"], serde_json::json!([needs]), "{}", r.text);
+    assert_eq!(node["child_accounts"]["Needs"]["child_accounts"], serde_json::json!([]), "{}", r.text);
+    // Errors, filter answers, ping and hyper's own answers too.
+    s.post(&tok, "/deposit", serde_json::json!({"uuid": main})).json["error"]
+        .as_array()
+        .map(|a| assert_eq!(a[0], "amount is required"))
+        .expect("boxed error");
+    let r = s.raw("GET", "/get_balance", &[], Body::None);
+    assert_eq!(r.text, r#"{"success":[false],"status":[401],"error":["Missing or invalid token"]}"#);
+    assert_eq!(s.raw("GET", "/__ping__", &[], Body::None).text, r#"{"status":["ok"]}"#);
+    let (h, v) = raw_exchange(&s, b"GET /__ping__ HTTP/1.1\r\nBad: \x01\r\n\r\n");
+    assert!(h.starts_with("HTTP/1.1 400"), "{h}");
+    assert_eq!(v, serde_json::json!({"success": [false], "status": [400], "error": ["400 - Bad Request"]}));
+}
+
+#[test]
+fn plain_style_is_the_default() {
+    let s = Srv::start();
+    assert_eq!(s.cfg.response_style, pfm::config::ResponseStyle::Plain);
+    let (tok, main) = s.user("plain", "5");
+    let r = s.get(&tok, "/find_account_by_uuid", &format!("uuid={main}"));
+    assert_eq!(
+        (r.json["success"].clone(), r.json["parent_uuid"].clone()),
+        (serde_json::json!(true), serde_json::Value::Null)
+    );
+}
