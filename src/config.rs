@@ -40,6 +40,13 @@ pub struct Config {
     /// Enable CORS for this origin (or *)
     #[arg(long, env = "CORS_ALLOW_ORIGIN")]
     pub cors_allow_origin: Option<String>,
+    /// Serve Prometheus metrics at GET /metrics (token-exempt); false makes it an unknown path
+    #[arg(long, env = "METRICS_ENABLED", default_value = "true", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub metrics_enabled: bool,
+    /// Log line format: text, or json for one JSON object per line
+    #[arg(long, env = "LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
 }
 
 impl Config {
@@ -56,6 +63,8 @@ impl Config {
             token_endpoint_enabled: false,
             trust_proxy: false,
             cors_allow_origin: None,
+            metrics_enabled: true,
+            log_format: "text".into(),
         }
     }
 }

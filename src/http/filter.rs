@@ -3,13 +3,13 @@
 
 use std::net::IpAddr;
 
-use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use hyper::Method;
 
 use super::response::Reply;
 use crate::app::App;
 use crate::auth::jwt::Identity;
-use crate::auth::limits::{Failure, Verdict};
+use crate::auth::limits::{Failure, Quota, Verdict};
 
 /// Who is asking, once the filter let the request through.
 pub enum Pass {
@@ -17,9 +17,38 @@ pub enum Pass {
     User(Identity),
 }
 
-fn is_public(path: &str, headers: &HeaderMap) -> bool {
-    matches!(path, "/__ping__" | "/login" | "/generate_access_token")
-        || (path == "/register" && !headers.contains_key(AUTHORIZATION))
+/// A request the filter let through, with the state of the limiter that counted it.
+pub struct Passed {
+    pub who: Pass,
+    pub quota: Quota,
+}
+
+/// Token-exempt paths (SPEC 4.1, and the operational endpoints of issue 8). `/metrics` is
+/// exempt only while enabled; turned off it is an unknown path like any other.
+fn is_public(app: &App, path: &str, headers: &HeaderMap) -> bool {
+    matches!(
+        path,
+        "/__ping__" | "/login" | "/generate_access_token" | "/healthz" | "/readyz" | "/openapi.json"
+    ) || (path == "/register" && !headers.contains_key(AUTHORIZATION))
+        || (path == "/metrics" && app.cfg.metrics_enabled)
+}
+
+/// Name of the one policy both limiters apply (they share `MAX_REQUESTS` and `WINDOW_SIZE`).
+const POLICY: &str = "default";
+
+/// `RateLimit-Policy` and `RateLimit` (IETF httpapi ratelimit-headers draft) for `q`.
+pub fn ratelimit_headers(q: &Quota) -> [(HeaderName, HeaderValue); 2] {
+    let hv = |s: String| HeaderValue::from_str(&s).unwrap_or(HeaderValue::from_static("\"default\""));
+    [
+        (
+            HeaderName::from_static("ratelimit-policy"),
+            hv(format!("\"{POLICY}\";q={};w={}", q.limit, q.window_secs)),
+        ),
+        (
+            HeaderName::from_static("ratelimit"),
+            hv(format!("\"{POLICY}\";r={};t={}", q.remaining, q.reset_secs)),
+        ),
+    ]
 }
 
 pub fn client_ip(app: &App, headers: &HeaderMap, peer: IpAddr) -> String {
@@ -41,7 +70,26 @@ fn too_many(msg: &str, retry_after: u64) -> Reply {
     Reply::bare(429, msg).header(RETRY_AFTER, HeaderValue::from(retry_after))
 }
 
-pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: IpAddr) -> Result<Pass, Reply> {
+/// A limiter's verdict as the filter's outcome: the quota travels with a pass, and a denial
+/// carries the header fields itself.
+fn limited(verdict: Verdict, quota: Quota, who: Pass, msg: &str) -> Result<Passed, Reply> {
+    match verdict {
+        Verdict::Allow => Ok(Passed { who, quota }),
+        Verdict::Deny(s) => {
+            let mut r = too_many(msg, s);
+            r.headers.extend(ratelimit_headers(&quota));
+            Err(r)
+        }
+    }
+}
+
+pub fn run(
+    app: &App,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    peer: IpAddr,
+) -> Result<Passed, Reply> {
     if app.cfg.cors_allow_origin.is_some() && method == Method::OPTIONS {
         let mut r = Reply::json(204, String::new());
         r.headers.push((
@@ -56,12 +104,10 @@ pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: Ip
         return Err(r);
     }
     let t = app.now_secs_f64();
-    if is_public(path, headers) {
+    if is_public(app, path, headers) {
         let ip = client_ip(app, headers, peer);
-        return match app.ip_limiter.check(&ip, t) {
-            Verdict::Allow => Ok(Pass::Public),
-            Verdict::Deny(s) => Err(too_many("Rate limit exceeded. Try again later.", s)),
-        };
+        let (verdict, quota) = app.ip_limiter.check_quota(&ip, t);
+        return limited(verdict, quota, Pass::Public, "Rate limit exceeded. Try again later.");
     }
     let header = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes).unwrap_or_default();
     let Some(rest) = header.strip_prefix(b"Bearer ") else {
@@ -75,8 +121,6 @@ pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: Ip
             Failure::Wait(msg, s) => too_many(&msg, s),
         });
     };
-    match app.user_limiter.check(&ident.user_id, t) {
-        Verdict::Allow => Ok(Pass::User(ident)),
-        Verdict::Deny(s) => Err(too_many("Rate limit exceeded. Try later.", s)),
-    }
+    let (verdict, quota) = app.user_limiter.check_quota(&ident.user_id, t);
+    limited(verdict, quota, Pass::User(ident), "Rate limit exceeded. Try later.")
 }

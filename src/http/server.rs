@@ -23,9 +23,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::filter::{self, Pass};
+use super::ops;
 use super::params::Params;
 use super::response::{envelope, ApiError, Reply};
-use super::router::{route, Ep, Routed};
+use super::router::{route, Ep, Op, Routed};
 use crate::api::{self, Rq};
 use crate::app::App;
 
@@ -65,7 +66,11 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     let rid = request_id(&req);
     let reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
         Err(r) => r,
-        Ok(pass) => dispatch(&app, req, pass).await,
+        Ok(passed) => {
+            let mut r = dispatch(&app, req, passed.who).await;
+            r.headers.extend(filter::ratelimit_headers(&passed.quota));
+            r
+        }
     };
     let mut resp = reply.into_response();
     resp.headers_mut().insert("x-request-id", rid);
@@ -86,8 +91,10 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
                 .header(ALLOW, HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")))
         }
     };
-    if r.ep == Ep::Ping {
-        return Reply::json(200, "{\"status\":\"ok\"}".to_string());
+    match r.ep {
+        Ep::Ping | Ep::Ops(Op::Healthz) => return ops::healthz(),
+        Ep::Ops(Op::Readyz) => return ops::readyz(app),
+        _ => {}
     }
     let start_us = app.clock.now_micros();
     let too_large = || Reply::bare(413, "Request body too large");
