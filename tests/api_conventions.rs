@@ -80,3 +80,136 @@ fn ratelimit_fields_with_default_configuration() {
     // register counted 1, the deposit 2.
     assert_eq!(r.header("ratelimit"), Some(r#""default";r=179998;t=3600"#));
 }
+
+/// `/get_transactions` pages of `limit`, following `next_cursor` until it is null.
+fn all_pages(s: &Srv, tok: &str, uuid: &str, limit: u32) -> (Vec<serde_json::Value>, usize) {
+    let (mut out, mut pages, mut cursor) = (Vec::new(), 0, None::<String>);
+    loop {
+        let q = match &cursor {
+            None => format!("uuid={uuid}&limit={limit}"),
+            Some(c) => format!("uuid={uuid}&limit={limit}&cursor={c}"),
+        };
+        let r = s.get(tok, "/get_transactions", &q);
+        r.ok();
+        let txs = r.json["transactions"].as_array().cloned().unwrap_or_default();
+        assert!(txs.len() <= limit as usize);
+        assert_eq!(r.json["transaction_count"], json!(txs.len()));
+        out.extend(txs);
+        pages += 1;
+        match &r.json["next_cursor"] {
+            serde_json::Value::Null => return (out, pages),
+            serde_json::Value::String(c) => cursor = Some(c.clone()),
+            other => panic!("next_cursor {other}"),
+        }
+    }
+}
+
+#[test]
+fn transactions_page_in_recording_order_until_a_null_cursor() {
+    let s = Srv::start();
+    let (tok, main) = s.user("pager", "0");
+    for i in 1..=25 {
+        s.deposit(&tok, &main, &i.to_string()).ok();
+    }
+    let full = s.txs(&tok, &main);
+    assert_eq!(full.len(), 25);
+    let (paged, pages) = all_pages(&s, &tok, &main, 10);
+    assert_eq!(pages, 3);
+    assert_eq!(paged, full);
+    let (paged, pages) = all_pages(&s, &tok, &main, 1000);
+    assert_eq!((pages, &paged), (1, &full));
+    let (paged, pages) = all_pages(&s, &tok, &main, 25);
+    assert_eq!((pages, &paged), (1, &full));
+    // A page read, then more writes: following the cursor continues with the new records.
+    let first = s.get(&tok, "/get_transactions", &format!("uuid={main}&limit=20"));
+    let cursor = first.s("next_cursor");
+    s.deposit(&tok, &main, "99").ok();
+    let rest = s.get(&tok, "/get_transactions", &format!("uuid={main}&limit=20&cursor={cursor}"));
+    rest.ok();
+    let amounts: Vec<String> =
+        rest.json["transactions"].as_array().unwrap().iter().map(|t| t["Amount"].to_string()).collect();
+    assert_eq!(amounts, ["21", "22", "23", "24", "25", "99"]);
+    assert_eq!(rest.json["next_cursor"], serde_json::Value::Null);
+    // limit and cursor from a JSON body or a form body work as from the query.
+    let j = s.raw(
+        "GET",
+        "/get_transactions",
+        &[("Authorization", &format!("Bearer {tok}"))],
+        Body::Json(json!({"uuid": main, "limit": 5, "cursor": cursor})),
+    );
+    j.ok();
+    assert_eq!(j.json["transactions"][0]["Amount"], json!(21));
+    let auth = format!("Bearer {tok}");
+    let form = format!("uuid={main}&limit=2");
+    let f = s.raw("GET", "/get_transactions", &[("Authorization", &auth)], Body::Form(&form));
+    f.ok();
+    assert_eq!(f.json["transaction_count"], json!(2));
+    // An empty log: one empty page.
+    let kid = s.child(&tok, &main, "Kid", json!({"allocation": 0.5}));
+    let e = s.get(&tok, "/get_transactions", &format!("uuid={kid}&limit=3"));
+    e.ok();
+    assert_eq!((&e.json["transactions"], &e.json["next_cursor"]), (&json!([]), &serde_json::Value::Null));
+}
+
+#[test]
+fn transactions_without_limit_are_exactly_as_before() {
+    let s = Srv::start();
+    let (tok, main) = s.user("nolimit", "0");
+    s.deposit(&tok, &main, "7").ok();
+    let r = s.get(&tok, "/get_transactions", &format!("uuid={main}&cursor=whatever"));
+    r.ok();
+    let keys: Vec<&String> = r.json.as_object().unwrap().keys().collect();
+    // serde_json without preserve_order sorts keys; check the exact text instead.
+    assert_eq!(keys.len(), 8, "{}", r.text);
+    let prefix = format!(
+        r#"{{"success":true,"status":200,"uuid":"{main}","transaction_count":1,"transactions":[{{"Type":"Deposit""#
+    );
+    assert!(r.text.starts_with(&prefix), "{}", r.text);
+    assert!(!r.text.contains("next_cursor"));
+    assert!(r.text.contains(r#"}],"start_time":""#), "{}", r.text);
+}
+
+#[test]
+fn bad_limit_or_cursor_is_a_400_in_the_envelope() {
+    let s = Srv::start();
+    let (tok, main) = s.user("badpager", "0");
+    for i in 1..=3 {
+        s.deposit(&tok, &main, &i.to_string()).ok();
+    }
+    let msg = "limit must be an integer between 1 and 1000";
+    for bad in ["0", "1001", "2.5", "-1", "abc", "1e9"] {
+        s.get(&tok, "/get_transactions", &format!("uuid={main}&limit={bad}")).fails(400, msg);
+    }
+    // `uuid` is still checked first, and numeric text forms of an integer are fine.
+    s.get(&tok, "/get_transactions", "limit=0").fails(400, "uuid is required");
+    s.get(&tok, "/get_transactions", &format!("uuid={main}&limit=2.0")).ok();
+    let auth = format!("Bearer {tok}");
+    s.raw(
+        "GET",
+        "/get_transactions",
+        &[("Authorization", &auth)],
+        Body::Json(json!({"uuid": main, "limit": true})),
+    )
+    .fails(400, msg);
+    for bad in ["zz", "", "0000000000000000", "00000000000000zz00000000"] {
+        let r = s.get(&tok, "/get_transactions", &format!("uuid={main}&limit=1&cursor={bad}"));
+        if bad.is_empty() {
+            // An empty value is absent (SPEC 3.3): the first page.
+            r.ok();
+        } else {
+            r.fails(400, "Invalid cursor");
+        }
+    }
+    let c = s.get(&tok, "/get_transactions", &format!("uuid={main}&limit=1")).s("next_cursor");
+    // A cursor of another account, or past the end of the log, was never issued.
+    let kid = s.child(&tok, &main, "Kid", json!({"allocation": 0.5}));
+    s.get(&tok, "/get_transactions", &format!("uuid={kid}&limit=1&cursor={c}")).fails(400, "Invalid cursor");
+    let past = format!("{:016x}{}", 99, &c[16..]);
+    s.get(&tok, "/get_transactions", &format!("uuid={main}&limit=1&cursor={past}"))
+        .fails(400, "Invalid cursor");
+    // Tree and account errors keep their SPEC statuses.
+    let other = s.token("nobody", "user");
+    s.get(&other, "/get_transactions", &format!("uuid={main}&limit=1"))
+        .fails(404, "User not found or unauthorized access");
+    s.get(&tok, "/get_transactions", "uuid=accnope&limit=1").fails(403, "Account not found or unauthorized");
+}

@@ -62,6 +62,14 @@ pub trait Store: Send + Sync + 'static {
     fn load_accounts(&self, user_no: u64) -> Result<Vec<Account>, StoreError>;
     /// The first `upto` records of an account's log, in order.
     fn read_log(&self, user_no: u64, acc: AccountId, upto: u64) -> Result<Vec<TxRecord>, StoreError>;
+    /// Records `start..end` of an account's log, in order (one page: cost O(end - start)).
+    fn read_log_range(
+        &self,
+        user_no: u64,
+        acc: AccountId,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<TxRecord>, StoreError>;
     fn main_txid_exists(&self, user_no: u64, id: &str) -> Result<bool, StoreError>;
     fn new_user_no(&self) -> Result<u64, StoreError>;
     /// Keys of every row stored under `prefix` (used to delete logs of deleted accounts).

@@ -72,6 +72,17 @@ impl Store for SledStore {
         self.db.range(start..end).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode(&v))).collect()
     }
 
+    fn read_log_range(
+        &self,
+        user_no: u64,
+        acc: AccountId,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<TxRecord>, StoreError> {
+        let (start, end) = (codec::log_key(user_no, acc, start), codec::log_key(user_no, acc, end));
+        self.db.range(start..end).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode(&v))).collect()
+    }
+
     fn main_txid_exists(&self, user_no: u64, id: &str) -> Result<bool, StoreError> {
         self.db.contains_key(codec::txid_key(user_no, id)).map_err(eng)
     }
