@@ -14,6 +14,7 @@
 //! - [`auth`]: JWT verify/issue, Argon2id passwords off the async workers, rate limits, backoff.
 //! - [`app`], [`config`], [`clock`]: the shared state, configuration (env + flags), and the one
 //!   injectable clock.
+//! - [`metrics`]: the Prometheus metrics every layer records into, through one-line calls.
 
 pub mod api;
 pub mod app;
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod domain;
 pub mod http;
+pub mod metrics;
 pub mod store;
 
 use std::net::SocketAddr;

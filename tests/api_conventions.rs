@@ -213,3 +213,59 @@ fn bad_limit_or_cursor_is_a_400_in_the_envelope() {
         .fails(404, "User not found or unauthorized access");
     s.get(&tok, "/get_transactions", "uuid=accnope&limit=1").fails(403, "Account not found or unauthorized");
 }
+
+/// The value of the sample `series` (name with labels, as exposed) in a metrics text.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
+}
+
+#[test]
+fn metrics_count_requests_storage_cache_limits_and_auth_failures() {
+    let s = Srv::start_with(|c| c.max_requests = 4);
+    let (tok, main) = s.user("metered", "10");
+    s.deposit(&tok, &main, "5").ok();
+    s.get(&tok, "/get_balance", &format!("uuid={main}")).ok();
+    s.get(&tok, "/get_balance", "").fails(400, "uuid is required");
+    // The fifth request of the user in the window is refused by the limiter.
+    assert_eq!(s.get(&tok, "/get_balance", &format!("uuid={main}")).status, 429);
+    assert_eq!(s.get("bad.token", "/get_balance", "uuid=x").status, 401);
+    assert_eq!(s.get("bad.token", "/get_balance", "uuid=x").status, 429);
+    let m = s.raw("GET", "/metrics", &[], Body::None);
+    assert_eq!(m.status, 200, "{}", m.text);
+    assert_eq!(m.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
+    let t = &m.text;
+    assert!(sample(t, r#"pfm_http_requests_total{route="/register",status="200"}"#) >= 1.0);
+    assert!(sample(t, r#"pfm_http_requests_total{route="/deposit",status="200"}"#) >= 1.0);
+    assert!(sample(t, r#"pfm_http_requests_total{route="/get_balance",status="400"}"#) >= 1.0);
+    assert!(sample(t, r#"pfm_http_requests_total{route="/get_balance",status="429"}"#) >= 2.0);
+    assert!(sample(t, r#"pfm_http_request_duration_seconds_count{route="/deposit"}"#) >= 1.0);
+    assert!(sample(t, r#"pfm_http_request_duration_seconds_bucket{route="/deposit",le="+Inf"}"#) >= 1.0);
+    // register and deposit each committed once, with at least the user row.
+    assert!(sample(t, "pfm_store_commit_duration_seconds_count") >= 2.0);
+    assert!(sample(t, r#"pfm_store_commit_rows_bucket{le="1"}"#) >= 0.0);
+    assert!(sample(t, "pfm_store_commit_rows_sum") >= 2.0);
+    assert!(sample(t, "pfm_store_flush_duration_seconds_count") >= 1.0);
+    assert!(sample(t, "pfm_user_cache_misses_total") >= 1.0);
+    assert!(sample(t, "pfm_user_cache_hits_total") >= 1.0);
+    assert!(sample(t, "pfm_user_cache_resident_users") >= 1.0);
+    assert!(sample(t, r#"pfm_rate_limit_rejections_total{limiter="user"}"#) >= 1.0);
+    assert!(sample(t, r#"pfm_auth_failures_total{answer="401"}"#) >= 1.0);
+    assert!(sample(t, r#"pfm_auth_failures_total{answer="429"}"#) >= 1.0);
+    // Unknown paths share one label, so clients cannot grow the series set.
+    assert_eq!(s.get(&s.token("other", "user"), "/no/such/path", "").status, 404);
+    let t = s.raw("GET", "/metrics", &[], Body::None).text;
+    assert!(sample(&t, r#"pfm_http_requests_total{route="other",status="404"}"#) >= 1.0);
+    assert!(!t.contains("/no/such/path"));
+}
+
+#[test]
+fn metrics_can_be_turned_off_and_then_is_an_unknown_path() {
+    let s = Srv::start_with(|c| c.metrics_enabled = false);
+    let r = s.raw("GET", "/metrics", &[], Body::None);
+    assert_eq!(r.text, r#"{"success":false,"status":401,"error":"Missing or invalid token"}"#);
+    let r = s.get(&s.token("u", "user"), "/metrics", "");
+    assert_eq!(r.text, r#"{"success":false,"status":404,"error":"404 - Resource Not Found"}"#);
+}

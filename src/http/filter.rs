@@ -76,6 +76,7 @@ fn limited(verdict: Verdict, quota: Quota, who: Pass, msg: &str) -> Result<Passe
     match verdict {
         Verdict::Allow => Ok(Passed { who, quota }),
         Verdict::Deny(s) => {
+            crate::metrics::rate_limited(if matches!(who, Pass::Public) { "ip" } else { "user" });
             let mut r = too_many(msg, s);
             r.headers.extend(ratelimit_headers(&quota));
             Err(r)
@@ -117,8 +118,14 @@ pub fn run(
     let token = token.trim_matches(|c: char| c.is_ascii_whitespace());
     let Some(ident) = app.jwt.verify(token, t) else {
         return Err(match app.auth_backoff.fail(token, t) {
-            Failure::Reject => Reply::bare(401, "Invalid or expired token"),
-            Failure::Wait(msg, s) => too_many(&msg, s),
+            Failure::Reject => {
+                crate::metrics::auth_failed("401");
+                Reply::bare(401, "Invalid or expired token")
+            }
+            Failure::Wait(msg, s) => {
+                crate::metrics::auth_failed("429");
+                too_many(&msg, s)
+            }
         });
     };
     let (verdict, quota) = app.user_limiter.check_quota(&ident.user_id, t);

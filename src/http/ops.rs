@@ -1,5 +1,7 @@
-//! Operational endpoints (issue 8): liveness and readiness probes. They answer before any body
-//! is read and outside the envelope, like /__ping__.
+//! Operational endpoints (issue 8): liveness and readiness probes and Prometheus metrics. They
+//! answer before any body is read and outside the envelope, like /__ping__.
+
+use hyper::header::{HeaderValue, CONTENT_TYPE};
 
 use super::response::Reply;
 use crate::app::App;
@@ -20,4 +22,13 @@ pub fn readyz(app: &App) -> Reply {
             Reply::bare(503, "Storage unavailable")
         }
     }
+}
+
+/// Prometheus text exposition; with `METRICS_ENABLED=false` the path is unknown (404).
+pub fn metrics(app: &App) -> Reply {
+    if !app.cfg.metrics_enabled {
+        return Reply::bare(404, "404 - Resource Not Found");
+    }
+    Reply::json(200, crate::metrics::render(app.users.cached()))
+        .header(CONTENT_TYPE, HeaderValue::from_static(crate::metrics::CONTENT_TYPE))
 }

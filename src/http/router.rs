@@ -53,6 +53,7 @@ pub enum Ep {
 pub enum Op {
     Healthz,
     Readyz,
+    Metrics,
 }
 
 pub struct Route {
@@ -112,6 +113,7 @@ routes! {
     GET "/get_account_periods" => GetPeriods, "Failed to get account periods";
     GET "/healthz" => Ops(Healthz), "";
     GET "/readyz" => Ops(Readyz), "";
+    GET "/metrics" => Ops(Metrics), "";
 }
 
 /// Outcome of routing.

@@ -29,6 +29,7 @@ use super::response::{envelope, ApiError, Reply};
 use super::router::{route, Ep, Op, Routed};
 use crate::api::{self, Rq};
 use crate::app::App;
+use crate::metrics;
 
 /// Largest accepted request body (SPEC 3.2).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -63,6 +64,8 @@ fn request_id(req: &Request<Incoming>) -> HeaderValue {
 }
 
 async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+    let started = std::time::Instant::now();
+    let route = metrics::route_index(req.uri().path());
     let rid = request_id(&req);
     let reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
         Err(r) => r,
@@ -72,6 +75,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
             r
         }
     };
+    metrics::request_observed(route, reply.status, started.elapsed());
     let mut resp = reply.into_response();
     resp.headers_mut().insert("x-request-id", rid);
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
@@ -94,6 +98,7 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
     match r.ep {
         Ep::Ping | Ep::Ops(Op::Healthz) => return ops::healthz(),
         Ep::Ops(Op::Readyz) => return ops::readyz(app),
+        Ep::Ops(Op::Metrics) => return ops::metrics(app),
         _ => {}
     }
     let start_us = app.clock.now_micros();

@@ -45,6 +45,7 @@ impl SledStore {
         }
         // Everything applied before this read is covered by the flush below.
         let covered = self.applied.load(Ordering::Acquire);
+        let _timer = crate::metrics::flush_timer();
         self.db.flush_async().await.map_err(eng)?;
         self.flushed.fetch_max(covered, Ordering::AcqRel);
         Ok(())
@@ -98,6 +99,7 @@ impl Store for SledStore {
 
     fn commit(&self, writes: Vec<Write>) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
+            let _timer = crate::metrics::CommitTimer::start(writes.len());
             let mut batch = sled::Batch::default();
             for w in writes {
                 match w {

@@ -97,6 +97,7 @@ impl Users {
     }
 
     fn load(&self, user_id: &str) -> Result<Option<Arc<UserState>>, StoreError> {
+        crate::metrics::user_cache_miss();
         let Some(user) = self.store.get_user(user_id)? else {
             return Ok(None);
         };
@@ -116,6 +117,7 @@ impl Users {
     pub async fn snapshot(&self, user_id: &str) -> Result<Option<Arc<UserState>>, StoreError> {
         let slot = self.slot(user_id);
         if let Some(s) = slot.state.read().as_ref() {
+            crate::metrics::user_cache_hit();
             return Ok(s.clone());
         }
         // First access: load under the writer lock so no commit interleaves with the load.
@@ -132,7 +134,7 @@ impl Users {
             .map_err(|_| StoreError::LockTimeout)?;
         let known = slot.state.read().clone();
         let current = match known {
-            Some(s) => s,
+            Some(s) => crate::metrics::user_cache_hit_then(s),
             None => {
                 let s = self.load(user_id)?;
                 *slot.state.write() = Some(s.clone());
