@@ -26,7 +26,7 @@ use super::filter::{self, Pass};
 use super::ops;
 use super::params::Params;
 use super::response::{envelope, ApiError, Reply};
-use super::router::{route, Ep, Op, Routed};
+use super::router::{route, Ep, Op, Routed, ROUTES};
 use crate::api::{self, Rq};
 use crate::app::App;
 use crate::metrics;
@@ -67,15 +67,37 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     let started = std::time::Instant::now();
     let route = metrics::route_index(req.uri().path());
     let rid = request_id(&req);
+    let method = req.method().clone();
+    let client = filter::client_ip(&app, req.headers(), peer.ip());
+    // Unknown paths are logged as sent (bounded); known ones by their route.
+    let unknown_path = (route == ROUTES.len()).then(|| bounded(req.uri().path(), 128).to_string());
+    let mut user = None;
     let reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
         Err(r) => r,
         Ok(passed) => {
+            if let Pass::User(i) = &passed.who {
+                user = Some(i.user_id.clone());
+            }
             let mut r = dispatch(&app, req, passed.who).await;
             r.headers.extend(filter::ratelimit_headers(&passed.quota));
             r
         }
     };
-    metrics::request_observed(route, reply.status, started.elapsed());
+    let elapsed = started.elapsed();
+    metrics::request_observed(route, reply.status, elapsed);
+    // The access log: one line per request. Never the query string, headers or body, so no
+    // token, password or secret can reach it.
+    tracing::info!(
+        target: "access",
+        request_id = rid.to_str().unwrap_or("-"),
+        method = method.as_str(),
+        route = unknown_path.as_deref().unwrap_or(metrics::route_label(route)),
+        status = reply.status,
+        latency_us = elapsed.as_micros() as u64,
+        user = user.as_deref(),
+        client = client.as_str(),
+        "request"
+    );
     let mut resp = reply.into_response();
     resp.headers_mut().insert("x-request-id", rid);
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
@@ -84,6 +106,15 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
         }
     }
     resp
+}
+
+/// The first `max` bytes of `s`, cut at a character boundary.
+fn bounded(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
