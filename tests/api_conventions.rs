@@ -269,3 +269,86 @@ fn metrics_can_be_turned_off_and_then_is_an_unknown_path() {
     let r = s.get(&s.token("u", "user"), "/metrics", "");
     assert_eq!(r.text, r#"{"success":false,"status":404,"error":"404 - Resource Not Found"}"#);
 }
+
+#[test]
+fn openapi_document_is_public_and_describes_every_route() {
+    let s = Srv::start();
+    let r = s.raw("GET", "/openapi.json", &[], Body::None);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let doc = &r.json;
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().expect("paths");
+    assert_eq!(paths.len(), pfm::http::router::ROUTES.len());
+    for route in pfm::http::router::ROUTES {
+        let m = route.method.as_str().to_ascii_lowercase();
+        let op = &doc["paths"][route.path][&m];
+        assert!(op.is_object(), "{} {} undocumented", route.method, route.path);
+        let ok = &op["responses"]["200"];
+        assert!(ok["content"].is_object(), "{}", route.path);
+        // Every operation states its failures too (at least the rate limiter's 429).
+        assert!(op["responses"]["429"]["headers"]["Retry-After"].is_object(), "{}", route.path);
+    }
+    // Token-exempt operations say so; the rest inherit the bearer requirement.
+    assert_eq!(doc["security"], json!([{"bearerAuth": []}]));
+    for public in
+        ["/__ping__", "/login", "/generate_access_token", "/healthz", "/readyz", "/metrics", "/openapi.json"]
+    {
+        let op = doc["paths"][public].as_object().unwrap().values().next().unwrap();
+        assert_eq!(op["security"], json!([]), "{public}");
+    }
+    assert_eq!(doc["paths"]["/register"]["post"]["security"], json!([{}, {"bearerAuth": []}]));
+    assert!(doc["paths"]["/deposit"]["post"].get("security").is_none());
+    // Parameters: query, JSON and form, for example /deposit's amount.
+    let dep = &doc["paths"]["/deposit"]["post"];
+    assert!(dep["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "amount" && p["in"] == "query"));
+    let content = &dep["requestBody"]["content"];
+    assert!(content["application/json"]["schema"]["properties"]["amount"].is_object());
+    assert!(content["application/x-www-form-urlencoded"]["schema"]["properties"]["amount"].is_object());
+    // The envelope: success fields and the error schema.
+    let ok = &dep["responses"]["200"]["content"]["application/json"]["schema"];
+    for k in
+        ["success", "status", "account_uuid", "amount", "balance", "start_time", "end_time", "execution_time"]
+    {
+        assert!(ok["required"].as_array().unwrap().contains(&json!(k)), "{k}");
+    }
+    assert_eq!(
+        dep["responses"]["409"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/Error"
+    );
+    // Pagination is documented where it exists.
+    let gt = &doc["paths"]["/get_transactions"]["get"];
+    assert!(gt["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "limit"));
+    assert!(gt["responses"]["200"]["content"]["application/json"]["schema"]["properties"]["next_cursor"]
+        .is_object());
+}
+
+/// The documented success fields of an operation are exactly the keys a real answer has.
+#[test]
+fn documented_success_fields_match_real_answers() {
+    let s = Srv::start();
+    let (tok, main) = s.user("doc_user", "100");
+    let doc = s.raw("GET", "/openapi.json", &[], Body::None).json;
+    let keys = |path: &str, method: &str| -> Vec<String> {
+        let sch = &doc["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"];
+        let mut k: Vec<String> =
+            sch["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+        k.sort();
+        k
+    };
+    let real = |r: &common::Resp| -> Vec<String> {
+        let mut k: Vec<String> = r.json.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let d = s.deposit(&tok, &main, "5");
+    assert_eq!(real(d.ok()), keys("/deposit", "post"));
+    let f = s.get(&tok, "/find_account_by_uuid", &format!("uuid={main}"));
+    assert_eq!(real(f.ok()), keys("/find_account_by_uuid", "get"));
+    let t = s.get(&tok, "/get_transactions", &format!("uuid={main}"));
+    assert_eq!(real(t.ok()), keys("/get_transactions", "get"));
+}

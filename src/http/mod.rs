@@ -2,6 +2,7 @@
 
 pub mod filter;
 pub mod json;
+pub mod openapi;
 pub mod ops;
 pub mod params;
 pub mod response;

@@ -1,5 +1,6 @@
-//! Operational endpoints (issue 8): liveness and readiness probes and Prometheus metrics. They
-//! answer before any body is read and outside the envelope, like /__ping__.
+//! Operational endpoints (issue 8): liveness and readiness probes, Prometheus metrics and the
+//! OpenAPI document. They answer before any body is read and outside the envelope, like
+//! /__ping__.
 
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 
@@ -31,4 +32,9 @@ pub fn metrics(app: &App) -> Reply {
     }
     Reply::json(200, crate::metrics::render(app.users.cached()))
         .header(CONTENT_TYPE, HeaderValue::from_static(crate::metrics::CONTENT_TYPE))
+}
+
+/// The OpenAPI 3.1 document of every route.
+pub fn openapi() -> Reply {
+    Reply::json(200, super::openapi::text().to_string())
 }

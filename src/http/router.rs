@@ -54,6 +54,7 @@ pub enum Op {
     Healthz,
     Readyz,
     Metrics,
+    OpenApi,
 }
 
 pub struct Route {
@@ -114,6 +115,7 @@ routes! {
     GET "/healthz" => Ops(Healthz), "";
     GET "/readyz" => Ops(Readyz), "";
     GET "/metrics" => Ops(Metrics), "";
+    GET "/openapi.json" => Ops(OpenApi), "";
 }
 
 /// Outcome of routing.

@@ -130,6 +130,7 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
         Ep::Ping | Ep::Ops(Op::Healthz) => return ops::healthz(),
         Ep::Ops(Op::Readyz) => return ops::readyz(app),
         Ep::Ops(Op::Metrics) => return ops::metrics(app),
+        Ep::Ops(Op::OpenApi) => return ops::openapi(),
         _ => {}
     }
     let start_us = app.clock.now_micros();
