@@ -83,8 +83,8 @@ fn build() -> Metrics {
     )
     .expect(FIXED);
     let auth_failures = IntCounterVec::new(
-        Opts::new("auth_failures_total", "Requests refused for a bad bearer token, by answer"),
-        &["answer"],
+        Opts::new("auth_failures_total", "Requests refused for bad credentials: a bearer token or a login"),
+        &["kind", "answer"],
     )
     .expect(FIXED);
     let all: [Box<dyn prometheus::core::Collector>; 10] = [
@@ -194,9 +194,10 @@ pub fn rate_limited(limiter: &'static str) {
     M.rate_limited.with_label_values(&[limiter]).inc();
 }
 
-/// A bearer token failed verification; `answer` is `401` or `429` (backoff).
-pub fn auth_failed(answer: &'static str) {
-    M.auth_failures.with_label_values(&[answer]).inc();
+/// Credentials were refused: `kind` is `token` (bearer verification) or `login`; `answer` is
+/// `401`, or `429` while a failed-attempt backoff runs.
+pub fn auth_failed(kind: &'static str, answer: &'static str) {
+    M.auth_failures.with_label_values(&[kind, answer]).inc();
 }
 
 /// The text exposition format of every metric; `resident_users` is sampled now (cheaper than

@@ -224,12 +224,15 @@ fn sample(text: &str, series: &str) -> f64 {
 
 #[test]
 fn metrics_count_requests_storage_cache_limits_and_auth_failures() {
-    let s = Srv::start_with(|c| c.max_requests = 4);
+    let s = Srv::start_with(|c| c.max_requests = 8);
     let (tok, main) = s.user("metered", "10");
     s.deposit(&tok, &main, "5").ok();
     s.get(&tok, "/get_balance", &format!("uuid={main}")).ok();
     s.get(&tok, "/get_balance", "").fails(400, "uuid is required");
-    // The fifth request of the user in the window is refused by the limiter.
+    // The ninth request of the user in the window is refused by the limiter.
+    for _ in 0..4 {
+        s.get(&tok, "/get_balance", &format!("uuid={main}")).ok();
+    }
     assert_eq!(s.get(&tok, "/get_balance", &format!("uuid={main}")).status, 429);
     assert_eq!(s.get("bad.token", "/get_balance", "uuid=x").status, 401);
     assert_eq!(s.get("bad.token", "/get_balance", "uuid=x").status, 429);
@@ -252,8 +255,15 @@ fn metrics_count_requests_storage_cache_limits_and_auth_failures() {
     assert!(sample(t, "pfm_user_cache_hits_total") >= 1.0);
     assert!(sample(t, "pfm_user_cache_resident_users") >= 1.0);
     assert!(sample(t, r#"pfm_rate_limit_rejections_total{limiter="user"}"#) >= 1.0);
-    assert!(sample(t, r#"pfm_auth_failures_total{answer="401"}"#) >= 1.0);
-    assert!(sample(t, r#"pfm_auth_failures_total{answer="429"}"#) >= 1.0);
+    assert!(sample(t, r#"pfm_auth_failures_total{answer="401",kind="token"}"#) >= 1.0);
+    assert!(sample(t, r#"pfm_auth_failures_total{answer="429",kind="token"}"#) >= 1.0);
+    // Failed logins are counted apart from bad tokens.
+    let creds = json!({"user_id": "metered", "password": "wrong-password"});
+    assert_eq!(s.raw("POST", "/login", &[], Body::Json(creds.clone())).status, 401);
+    assert_eq!(s.raw("POST", "/login", &[], Body::Json(creds)).status, 429);
+    let t = &s.raw("GET", "/metrics", &[], Body::None).text;
+    assert!(sample(t, r#"pfm_auth_failures_total{answer="401",kind="login"}"#) >= 1.0);
+    assert!(sample(t, r#"pfm_auth_failures_total{answer="429",kind="login"}"#) >= 1.0);
     // Unknown paths share one label, so clients cannot grow the series set.
     assert_eq!(s.get(&s.token("other", "user"), "/no/such/path", "").status, 404);
     let t = s.raw("GET", "/metrics", &[], Body::None).text;

@@ -119,11 +119,11 @@ pub fn run(
     let Some(ident) = app.jwt.verify(token, t) else {
         return Err(match app.auth_backoff.fail(token, t) {
             Failure::Reject => {
-                crate::metrics::auth_failed("401");
+                crate::metrics::auth_failed("token", "401");
                 Reply::bare(401, "Invalid or expired token")
             }
             Failure::Wait(msg, s) => {
-                crate::metrics::auth_failed("429");
+                crate::metrics::auth_failed("token", "429");
                 too_many(&msg, s)
             }
         });
