@@ -143,7 +143,7 @@ fn describe(ep: Ep) -> Doc {
                 ("token_type", s()),
                 ("expires_in", i()),
             ],
-            errors: &[400],
+            errors: &[400, 401],
             auth: Auth::Public,
         },
         Ep::GenerateToken => Doc {
