@@ -362,3 +362,18 @@ fn documented_success_fields_match_real_answers() {
     let t = s.get(&tok, "/get_transactions", &format!("uuid={main}"));
     assert_eq!(real(t.ok()), keys("/get_transactions", "get"));
 }
+
+#[test]
+fn cors_exposes_the_ratelimit_and_request_id_headers_to_browsers() {
+    let s = Srv::start_with(|c| c.cors_allow_origin = Some("https://app.example".into()));
+    let r = s.raw("GET", "/healthz", &[], Body::None);
+    assert_eq!(r.header("access-control-allow-origin"), Some("https://app.example"));
+    assert_eq!(
+        r.header("access-control-expose-headers"),
+        Some("RateLimit, RateLimit-Policy, Retry-After, X-Request-Id")
+    );
+    assert!(Srv::start()
+        .raw("GET", "/healthz", &[], Body::None)
+        .header("access-control-expose-headers")
+        .is_none());
+}

@@ -103,6 +103,11 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
         if let Ok(v) = HeaderValue::from_str(origin) {
             resp.headers_mut().insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+            // Without this a browser hides these headers from the page's script.
+            resp.headers_mut().insert(
+                hyper::header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static("RateLimit, RateLimit-Policy, Retry-After, X-Request-Id"),
+            );
         }
     }
     resp
