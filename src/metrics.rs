@@ -30,6 +30,7 @@ struct Metrics {
     commit_seconds: Histogram,
     commit_rows: Histogram,
     flush_seconds: Histogram,
+    flush_commits: Histogram,
     cache_hits: IntCounter,
     cache_misses: IntCounter,
     cache_users: IntGauge,
@@ -73,6 +74,11 @@ fn build() -> Metrics {
             .buckets(LATENCY_BUCKETS.to_vec()),
     )
     .expect(FIXED);
+    let flush_commits = Histogram::with_opts(
+        HistogramOpts::new("store_flush_commits", "Commits made durable by one flush (group commit batch)")
+            .buckets(exponential_buckets(1.0, 2.0, 12).expect(FIXED)),
+    )
+    .expect(FIXED);
     let cache_hits = IntCounter::new("user_cache_hits_total", "User state found in the cache").expect(FIXED);
     let cache_misses =
         IntCounter::new("user_cache_misses_total", "User state loaded from storage").expect(FIXED);
@@ -87,12 +93,13 @@ fn build() -> Metrics {
         &["kind", "answer"],
     )
     .expect(FIXED);
-    let all: [Box<dyn prometheus::core::Collector>; 10] = [
+    let all: [Box<dyn prometheus::core::Collector>; 11] = [
         Box::new(requests.clone()),
         Box::new(latency_vec),
         Box::new(commit_seconds.clone()),
         Box::new(commit_rows.clone()),
         Box::new(flush_seconds.clone()),
+        Box::new(flush_commits.clone()),
         Box::new(cache_hits.clone()),
         Box::new(cache_misses.clone()),
         Box::new(cache_users.clone()),
@@ -109,6 +116,7 @@ fn build() -> Metrics {
         commit_seconds,
         commit_rows,
         flush_seconds,
+        flush_commits,
         cache_hits,
         cache_misses,
         cache_users,
@@ -173,6 +181,11 @@ impl Drop for FlushTimer {
     fn drop(&mut self) {
         M.flush_seconds.observe(self.0.elapsed().as_secs_f64());
     }
+}
+
+/// One flush made `commits` commits durable (0 when an earlier flush already covered them all).
+pub fn flush_commits(commits: u64) {
+    M.flush_commits.observe(commits as f64);
 }
 
 pub fn user_cache_hit() {

@@ -251,6 +251,7 @@ fn metrics_count_requests_storage_cache_limits_and_auth_failures() {
     assert!(sample(t, r#"pfm_store_commit_rows_bucket{le="1"}"#) >= 0.0);
     assert!(sample(t, "pfm_store_commit_rows_sum") >= 2.0);
     assert!(sample(t, "pfm_store_flush_duration_seconds_count") >= 1.0);
+    assert!(sample(t, "pfm_store_flush_commits_sum") >= 2.0);
     assert!(sample(t, "pfm_user_cache_misses_total") >= 1.0);
     assert!(sample(t, "pfm_user_cache_hits_total") >= 1.0);
     assert!(sample(t, "pfm_user_cache_resident_users") >= 1.0);

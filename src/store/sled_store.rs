@@ -47,7 +47,8 @@ impl SledStore {
         let covered = self.applied.load(Ordering::Acquire);
         let _timer = crate::metrics::flush_timer();
         self.db.flush_async().await.map_err(eng)?;
-        self.flushed.fetch_max(covered, Ordering::AcqRel);
+        let before = self.flushed.fetch_max(covered, Ordering::AcqRel);
+        crate::metrics::flush_commits(covered.saturating_sub(before));
         Ok(())
     }
 }
