@@ -75,7 +75,8 @@ json.dump(doc, sys.stdout)
 ' >"$work/openapi.json"
 
 status=0
-timeout 240 "$st" run "$work/openapi.json" \
+# Run from the temp dir: schemathesis keeps a .schemathesis/ cache in its working directory.
+(cd "$work" && timeout 240 "$st" run "$work/openapi.json" \
   --url "$base" \
   --header "Authorization: Bearer $token" \
   --checks not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance,response_headers_conformance \
@@ -85,7 +86,7 @@ timeout 240 "$st" run "$work/openapi.json" \
   --request-timeout 10 \
   --seed 8 \
   --workers 1 \
-  --no-color || status=$?
+  --no-color) || status=$?
 if [ "$status" -ne 0 ]; then
   echo "schemathesis failed (exit $status); server log tail:" >&2
   tail -n 50 "$work/server.log" >&2
