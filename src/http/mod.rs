@@ -3,6 +3,7 @@
 pub mod filter;
 pub mod json;
 pub mod openapi;
+mod openapi_errors;
 pub mod ops;
 pub mod params;
 pub mod response;

@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
 
+use super::openapi_errors::{Row, TABLES};
 use super::router::{Ep, Op, ROUTES};
 
 /// How a parameter's value is read (SPEC 3.4).
@@ -48,8 +49,6 @@ struct Doc {
     summary: &'static str,
     params: Vec<P>,
     fields: Vec<F>,
-    /// Statuses of the endpoint's error table (besides the filter's and 413/500).
-    errors: &'static [u16],
     auth: Auth,
 }
 
@@ -77,13 +76,9 @@ fn strs() -> Value {
 
 const UUID: P = ("uuid", T::Str, true, "Account uuid.");
 
-fn doc(summary: &'static str, params: Vec<P>, fields: Vec<F>, errors: &'static [u16]) -> Doc {
-    Doc { summary, params, fields, errors, auth: Auth::Bearer }
+fn doc(summary: &'static str, params: Vec<P>, fields: Vec<F>) -> Doc {
+    Doc { summary, params, fields, auth: Auth::Bearer }
 }
-
-/// Tree endpoint errors: 400 bad parameter, 403/404 per the endpoint's table.
-const E_34: &[u16] = &[400, 403, 404];
-const E_4: &[u16] = &[400, 404];
 
 fn range_params() -> Vec<P> {
     vec![
@@ -114,7 +109,6 @@ fn describe(ep: Ep) -> Doc {
             summary: "Liveness check of the SPEC (answers {\"status\":\"ok\"})",
             params: vec![],
             fields: vec![],
-            errors: &[],
             auth: Auth::Public,
         },
         Ep::Register => Doc {
@@ -130,7 +124,6 @@ fn describe(ep: Ep) -> Doc {
                 ("initial_balance", T::Money, false, "Opening balance of Main, >= 0; default 0."),
             ],
             fields: vec![("user_id", s()), ("uuid", s())],
-            errors: &[400, 403, 409],
             auth: Auth::Optional,
         },
         Ep::Login => Doc {
@@ -143,7 +136,6 @@ fn describe(ep: Ep) -> Doc {
                 ("token_type", s()),
                 ("expires_in", i()),
             ],
-            errors: &[400, 401],
             auth: Auth::Public,
         },
         Ep::GenerateToken => Doc {
@@ -162,21 +154,16 @@ fn describe(ep: Ep) -> Doc {
                 ("jti", T::Str, false, "Copied into the token."),
             ],
             fields: vec![("user_id", s()), ("token", s()), ("timestamp", s())],
-            errors: &[400, 403],
             auth: Auth::Public,
         },
         Ep::Deposit => doc(
             "Deposit external money into an account; it flows down the tree",
             tx_params(),
             vec![("account_uuid", s()), ("amount", n()), ("balance", n())],
-            &[400, 403, 404, 409],
         ),
-        Ep::Withdraw => doc(
-            "Withdraw money from an account",
-            tx_params(),
-            vec![("account_uuid", s()), ("balance", n())],
-            E_34,
-        ),
+        Ep::Withdraw => {
+            doc("Withdraw money from an account", tx_params(), vec![("account_uuid", s()), ("balance", n())])
+        }
         Ep::Distribute => doc(
             "Move part of an account's balance down to its active children",
             vec![
@@ -186,7 +173,6 @@ fn describe(ep: Ep) -> Doc {
                 ("initiated_by", T::Str, false, "Default System."),
             ],
             vec![("account_uuid", s()), ("message", s()), ("amount", n()), ("balance", n())],
-            E_34,
         ),
         Ep::MoveBalance => doc(
             "Transfer money between two accounts of the tree",
@@ -196,7 +182,6 @@ fn describe(ep: Ep) -> Doc {
                 ("amount", T::Money, true, "Amount, > 0."),
             ],
             vec![("message", s()), ("from_uuid", s()), ("to_uuid", s()), ("amount", n())],
-            E_4,
         ),
         Ep::AddSubAccount => doc(
             "Create a child account under a parent",
@@ -212,7 +197,6 @@ fn describe(ep: Ep) -> Doc {
                 ("status", T::Str, false, "active, inactive, closed or another label; default active."),
             ],
             vec![("message", s()), ("uuid", s()), ("child_type", s()), ("allocation", n())],
-            E_4,
         ),
         Ep::SetChildAllocation => doc(
             "Set a direct child's allocation",
@@ -222,25 +206,21 @@ fn describe(ep: Ep) -> Doc {
                 ("allocation", T::Num, true, "0..1."),
             ],
             vec![("message", s()), ("total_allocation", n())],
-            E_4,
         ),
         Ep::Delete => doc(
             "Delete an account and its subtree, or the whole user for the main account",
             vec![UUID],
             vec![("uuid", s()), ("message", s())],
-            E_4,
         ),
         Ep::ListChildAccounts => doc(
             "Names of an account's direct children",
             vec![UUID],
             vec![("uuid", s()), ("account_name", s()), ("child_account_names", strs()), ("child_count", i())],
-            E_34,
         ),
         Ep::ListAllAccounts => doc(
             "Names of every account, starting from one (SPEC 10.16)",
             vec![UUID],
             vec![("uuid", s()), ("total_accounts", i()), ("account_names", strs())],
-            E_34,
         ),
         Ep::FindByName => doc(
             "Accounts with an exact name",
@@ -254,7 +234,6 @@ fn describe(ep: Ep) -> Doc {
                 ),
                 ("total_matches", i()),
             ],
-            E_4,
         ),
         Ep::FindByUuid => doc(
             "One account's summary",
@@ -271,11 +250,8 @@ fn describe(ep: Ep) -> Doc {
                 ("allocation", nn()),
                 ("parent_uuid", ns()),
             ],
-            E_34,
         ),
-        Ep::GetBalance => {
-            doc("An account's own balance", vec![UUID], vec![("uuid", s()), ("balance", n())], E_34)
-        }
+        Ep::GetBalance => doc("An account's own balance", vec![UUID], vec![("uuid", s()), ("balance", n())]),
         Ep::GetTransactions => doc(
             "An account's transaction log in recording order; paged when limit is given",
             vec![
@@ -291,35 +267,29 @@ fn describe(ep: Ep) -> Doc {
                     json!({"type": "array", "items": {"$ref": "#/components/schemas/Transaction"}}),
                 ),
             ],
-            E_34,
         ),
         Ep::TotalBalance => doc(
             "Total balance of an account's subtree",
             vec![UUID],
             vec![("uuid", s()), ("total_balance", n())],
-            E_34,
         ),
         Ep::TotalDue => doc(
             "Total amount due of an account's subtree",
             vec![UUID],
             vec![("uuid", s()), ("total_due", n())],
-            E_34,
         ),
         Ep::DueWithinDays => doc(
             "Amount due within a number of days",
             vec![UUID, ("days", T::Num, true, "Days, 0..1000000.")],
             vec![("uuid", s()), ("total_due", n()), ("within_days", n())],
-            E_4,
         ),
-        Ep::Spending => {
-            doc("Spending over a day range", range_params(), range_fields("total_spending"), E_34)
-        }
-        Ep::TotalIncome => doc("Income over a day range", range_params(), range_fields("total_income"), E_34),
+        Ep::Spending => doc("Spending over a day range", range_params(), range_fields("total_spending")),
+        Ep::TotalIncome => doc("Income over a day range", range_params(), range_fields("total_income")),
         Ep::AllocatedAmount => {
-            doc("Allocated amount over a day range", range_params(), range_fields("allocated_amount"), E_4)
+            doc("Allocated amount over a day range", range_params(), range_fields("allocated_amount"))
         }
         Ep::IncomeUtilization => {
-            doc("Income utilization over a day range", range_params(), range_fields("utilization"), E_4)
+            doc("Income utilization over a day range", range_params(), range_fields("utilization"))
         }
         Ep::WalkingAmount => {
             let mut params = range_params();
@@ -328,7 +298,6 @@ fn describe(ep: Ep) -> Doc {
                 "Walking amount over a day range",
                 params,
                 vec![("uuid", s()), ("amt_type", s()), ("from", s()), ("to", s()), ("walking_amount", n())],
-                E_34,
             )
         }
         Ep::MinimalTree => doc(
@@ -341,47 +310,39 @@ fn describe(ep: Ep) -> Doc {
                 ("ts_data", T::Bool, false, "Include a daily time series; default false."),
             ],
             vec![("uuid", s()), ("minimal_tree", json!({"$ref": "#/components/schemas/TreeNode"}))],
-            E_34,
         ),
         Ep::ChangeStatus => doc(
             "Change a child account's status",
             vec![UUID, ("status", T::Str, true, "active, inactive, closed or another label.")],
             vec![("uuid", s()), ("new_status", s()), ("message", s())],
-            E_34,
         ),
         Ep::GetStatus => {
-            doc("A child account's status", vec![UUID], vec![("uuid", s()), ("account_status", s())], E_34)
+            doc("A child account's status", vec![UUID], vec![("uuid", s()), ("account_status", s())])
         }
         Ep::SetPriority => doc(
             "Set a child account's priority",
             vec![UUID, ("priority", T::Num, true, "0..1e9.")],
             vec![("message", s()), ("uuid", s()), ("priority", n())],
-            E_34,
         ),
         Ep::GetPriority => {
-            doc("A child account's priority", vec![UUID], vec![("uuid", s()), ("priority", n())], E_34)
+            doc("A child account's priority", vec![UUID], vec![("uuid", s()), ("priority", n())])
         }
         Ep::SetDueDate => doc(
             "Set or clear a grandchild account's due date",
             vec![UUID, ("due_date", T::Date, false, "Missing or null clears it; an empty string is a 400.")],
             vec![("message", s()), ("uuid", s()), ("due_date", ns())],
-            E_34,
         ),
         Ep::GetDueDate => {
-            doc("A grandchild account's due date", vec![UUID], vec![("uuid", s()), ("due_date", ns())], E_34)
+            doc("A grandchild account's due date", vec![UUID], vec![("uuid", s()), ("due_date", ns())])
         }
         Ep::SetFixedAmount => doc(
             "Set a grandchild account's fixed amount",
             vec![UUID, ("fixed_amount", T::Money, true, ">= 0.")],
             vec![("uuid", s()), ("fixed_amount", n()), ("amount_due", n())],
-            E_34,
         ),
-        Ep::GetFixedAmount => doc(
-            "A grandchild account's fixed amount",
-            vec![UUID],
-            vec![("uuid", s()), ("fixed_amount", n())],
-            E_34,
-        ),
+        Ep::GetFixedAmount => {
+            doc("A grandchild account's fixed amount", vec![UUID], vec![("uuid", s()), ("fixed_amount", n())])
+        }
         Ep::SetAccountType => doc(
             "Set a grandchild account's type label",
             vec![
@@ -389,35 +350,26 @@ fn describe(ep: Ep) -> Doc {
                 ("account_type", T::Str, true, "Free label, at most 64 characters (Bill rolls over)."),
             ],
             vec![("message", s()), ("uuid", s()), ("account_type", s())],
-            E_34,
         ),
-        Ep::GetAccountType => doc(
-            "A grandchild account's type label",
-            vec![UUID],
-            vec![("uuid", s()), ("account_type", s())],
-            E_34,
-        ),
+        Ep::GetAccountType => {
+            doc("A grandchild account's type label", vec![UUID], vec![("uuid", s()), ("account_type", s())])
+        }
         Ep::SetFreq => doc(
             "Set a grandchild account's period length in days",
             vec![UUID, ("account_freq", T::Int, true, "1..36500.")],
             vec![("message", s()), ("uuid", s()), ("freq", i())],
-            E_34,
         ),
         Ep::GetFreq => {
-            doc("A grandchild account's period length", vec![UUID], vec![("uuid", s()), ("freq", ni())], E_34)
+            doc("A grandchild account's period length", vec![UUID], vec![("uuid", s()), ("freq", ni())])
         }
         Ep::SetPeriods => doc(
             "Set a grandchild account's number of periods",
             vec![UUID, ("periods", T::Int, true, "1..1000000.")],
             vec![("uuid", s()), ("periods", i()), ("message", s())],
-            E_34,
         ),
-        Ep::GetPeriods => doc(
-            "A grandchild account's number of periods",
-            vec![UUID],
-            vec![("uuid", s()), ("periods", n())],
-            E_34,
-        ),
+        Ep::GetPeriods => {
+            doc("A grandchild account's number of periods", vec![UUID], vec![("uuid", s()), ("periods", n())])
+        }
         Ep::Ops(op) => Doc {
             summary: match op {
                 Op::Healthz => "Liveness probe: the process answers",
@@ -427,7 +379,6 @@ fn describe(ep: Ep) -> Doc {
             },
             params: vec![],
             fields: vec![],
-            errors: &[],
             auth: Auth::Public,
         },
     }
@@ -473,25 +424,71 @@ fn common_headers(limited: bool) -> Value {
     h
 }
 
-fn error_response(status: u16) -> Value {
+/// Failures the service adds to /get_transactions' SPEC table (pagination, issue 8).
+static PAGING_ROWS: &[Row] = &[
+    Row {
+        statuses: &[400],
+        status_note: "400",
+        condition: "`limit` present and not a whole number from 1 to 1000 (checked after `uuid`)",
+        error: "`limit must be an integer between 1 and 1000`",
+    },
+    Row {
+        statuses: &[400],
+        status_note: "400",
+        condition: "`limit` present and `cursor` not one the service issued for this account",
+        error: "`Invalid cursor`",
+    },
+];
+
+/// The endpoint's error table (SPEC 5-9), with the rows the service adds.
+fn error_rows(path: &str) -> Vec<&'static Row> {
+    let mut rows: Vec<&Row> =
+        TABLES.iter().filter(|(p, _, _)| *p == path).flat_map(|(_, _, rows)| rows.iter()).collect();
+    if path == "/get_transactions" {
+        rows.extend(PAGING_ROWS);
+    }
+    rows
+}
+
+fn error_response(status: u16, rows: &[&Row], bearer: bool, prefix: &str) -> Value {
     let what = match status {
-        400 => "A parameter is missing or invalid (the error text names it)",
-        401 => "Missing, malformed or invalid bearer token (filter-shaped: success, status, error only)",
-        403 => "Not allowed, or the account was not found (role user; see the SPEC error table)",
-        404 => "The caller has no tree, or the account was not found",
+        400 => "A parameter is missing or invalid. Besides the rows below: `Invalid request body` for a \
+malformed JSON body or one that is not an object, and `Invalid value for parameter '<name>'` for an array \
+of several values or a non-empty object as a value",
+        401 if bearer => "Missing, malformed or invalid bearer token: `Missing or invalid token` or \
+`Invalid or expired token` (filter-shaped: success, status, error only)",
+        401 => "Unauthorized",
+        403 => "Not allowed",
+        404 => "Not found",
         409 => "Conflict with existing data",
-        413 => "Request body larger than 1 MiB",
-        429 => "Rate limit or failed-attempt backoff; Retry-After says when to retry",
-        500 => "Internal error: `<endpoint prefix>: internal error`",
+        413 => "Request body larger than 1 MiB (success, status, error only)",
+        429 => "Rate limit (`Rate limit exceeded. Try later.`, per user; `Rate limit exceeded. Try again later.`, \
+per IP on token-exempt paths) or failed-attempt backoff (`Too many failed attempts. Wait <X> seconds.`); \
+Retry-After says when to retry",
+        500 => "Storage failure or internal error",
         503 => "Storage does not answer",
         _ => "Error",
     };
+    // The endpoint's own rows for this status, in the order they are checked.
+    let mut text = what.to_string();
+    if status == 500 {
+        text.push_str(&format!(": `{prefix}: internal error`"));
+    }
+    for r in rows.iter().filter(|r| r.statuses.contains(&status)) {
+        text.push_str("\n- ");
+        text.push_str(r.condition);
+        text.push_str(": ");
+        text.push_str(r.error);
+        if r.statuses.len() > 1 {
+            text.push_str(&format!(" ({})", r.status_note));
+        }
+    }
     let mut headers = common_headers(status != 401);
     if status == 429 {
         headers["Retry-After"] = json!({"$ref": "#/components/headers/RetryAfter"});
     }
     json!({
-        "description": what,
+        "description": text,
         "headers": headers,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     })
@@ -535,7 +532,7 @@ fn success_schema(ep: Ep, fields: &[F]) -> Value {
     json!({"type": "object", "required": required, "properties": props})
 }
 
-fn operation(path: &str, ep: Ep) -> Value {
+fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
     let d = describe(ep);
     let mut op = Map::new();
     op.insert("operationId".into(), json!(path.trim_start_matches('/').replace(['.', '_'], "-")));
@@ -590,7 +587,8 @@ fn operation(path: &str, ep: Ep) -> Value {
         "200".into(),
         json!({"description": "Success", "headers": common_headers(true), "content": ok_content}),
     );
-    let mut statuses: Vec<u16> = d.errors.to_vec();
+    let rows = error_rows(path);
+    let mut statuses: Vec<u16> = rows.iter().flat_map(|r| r.statuses.iter().copied()).collect();
     statuses.push(429);
     match ep {
         Ep::Ops(Op::Readyz) => statuses.push(503),
@@ -605,7 +603,8 @@ fn operation(path: &str, ep: Ep) -> Value {
     statuses.sort_unstable();
     statuses.dedup();
     for st in statuses {
-        responses.insert(st.to_string(), error_response(st));
+        let bearer = d.auth != Auth::Public;
+        responses.insert(st.to_string(), error_response(st, &rows, bearer, prefix));
     }
     op.insert("responses".into(), Value::Object(responses));
     Value::Object(op)
@@ -681,7 +680,7 @@ pub fn document() -> Value {
     let mut paths = Map::new();
     for r in ROUTES {
         let mut item = Map::new();
-        item.insert(r.method.as_str().to_ascii_lowercase(), operation(r.path, r.ep));
+        item.insert(r.method.as_str().to_ascii_lowercase(), operation(r.path, r.ep, r.prefix));
         paths.insert(r.path.to_string(), Value::Object(item));
     }
     json!({
@@ -726,5 +725,26 @@ mod tests {
             assert!(ROUTES.iter().any(|r| r.path == p), "{p} documented but not routed");
         }
         assert_eq!(paths.len(), ROUTES.len());
+    }
+
+    #[test]
+    fn every_spec_route_has_its_error_table_and_no_table_is_orphaned() {
+        for r in ROUTES.iter().filter(|r| !matches!(r.ep, Ep::Ops(_))) {
+            assert!(TABLES.iter().any(|(p, _, _)| *p == r.path), "{} has no error table", r.path);
+        }
+        for (p, _, rows) in TABLES {
+            assert!(ROUTES.iter().any(|r| r.path == *p), "{p} is not routed");
+            assert!(rows.iter().all(|r| !r.statuses.is_empty() && !r.error.is_empty()), "{p}");
+        }
+        // A status of the table is a documented response, with the row's message.
+        let doc = document();
+        let dep = &doc["paths"]["/deposit"]["post"]["responses"];
+        assert!(dep["409"]["description"].as_str().unwrap().contains("This deposit has already been made"));
+        let bal = &doc["paths"]["/get_balance"]["get"]["responses"];
+        assert!(bal["403"]["description"].as_str().unwrap().contains("Account not found or unauthorized"));
+        assert!(bal["404"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("User not found or unauthorized access"));
     }
 }
