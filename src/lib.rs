@@ -4,7 +4,9 @@
 //! A map of the crate, in the order one request travels:
 //! - [`http`]: the server (accept loop, connection bound, graceful shutdown), the global filter
 //!   (request id, CORS, bearer JWT, rate limits, backoff), the router, parameter extraction from
-//!   query/JSON/form, and the response envelope. Nothing below it sees hyper types.
+//!   query/JSON/form, and the response envelope; also the operational endpoints (health probes,
+//!   metrics, the OpenAPI document generated from the route table) and the access log. Nothing
+//!   below it sees hyper types.
 //! - [`api`]: one handler per endpoint, all of one shape: check parameters in the order of the
 //!   endpoint's error table, then read a snapshot or run a mutation under the user's lock.
 //! - [`domain`]: pure money and tree logic: exact decimals and dates, the account tree with its
