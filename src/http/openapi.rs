@@ -384,7 +384,18 @@ fn describe(ep: Ep) -> Doc {
     }
 }
 
-/// JSON Schema of a parameter's value in a JSON body (query and form values are strings).
+/// Schema of a parameter's value in the query string: what a valid value looks like (the text
+/// of any other value is read too, and answered with the parameter's 400).
+fn query_schema(t: T) -> Value {
+    match t {
+        T::Str | T::Date | T::NumericDate => json!({"type": "string"}),
+        T::Money | T::Num => json!({"type": "number"}),
+        T::Int => json!({"type": "integer"}),
+        T::Bool => json!({"type": "boolean"}),
+    }
+}
+
+/// JSON Schema of a parameter's value in a JSON body (form values are strings).
 fn body_schema(t: T) -> Value {
     match t {
         T::Str => json!({"type": "string"}),
@@ -552,7 +563,7 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
             .iter()
             .map(|p| {
                 json!({"name": p.0, "in": "query", "required": false, "description": description(p),
-                "schema": {"type": "string"}})
+                "schema": query_schema(p.1)})
             })
             .collect();
         op.insert("parameters".into(), json!(query));
