@@ -50,6 +50,13 @@ pub struct Config {
     /// `plain` (SPEC 3.5) or `reference`: answers shaped as the reference's serializer writes them
     #[arg(long, env = "RESPONSE_STYLE", value_enum, default_value_t = ResponseStyle::Plain)]
     pub response_style: ResponseStyle,
+    /// Serve Prometheus metrics at GET /metrics (token-exempt); false makes it an unknown path
+    #[arg(long, env = "METRICS_ENABLED", default_value = "true", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub metrics_enabled: bool,
+    /// Log line format: text, or json for one JSON object per line
+    #[arg(long, env = "LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
 }
 
 /// How answers are rendered.
@@ -78,6 +85,8 @@ impl Config {
             max_tracked_keys: crate::auth::limits::DEFAULT_TRACKED_KEYS,
             body_timeout_secs: 30,
             response_style: ResponseStyle::Plain,
+            metrics_enabled: true,
+            log_format: "text".into(),
         }
     }
 }

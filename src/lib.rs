@@ -4,7 +4,9 @@
 //! A map of the crate, in the order one request travels:
 //! - [`http`]: the server (accept loop, connection bound, graceful shutdown), the global filter
 //!   (request id, CORS, bearer JWT, rate limits, backoff), the router, parameter extraction from
-//!   query/JSON/form, and the response envelope. Nothing below it sees hyper types.
+//!   query/JSON/form, and the response envelope; also the operational endpoints (health probes,
+//!   metrics, the OpenAPI document generated from the route table) and the access log. Nothing
+//!   below it sees hyper types.
 //! - [`api`]: one handler per endpoint, all of one shape: check parameters in the order of the
 //!   endpoint's error table, then read a snapshot or run a mutation under the user's lock.
 //! - [`domain`]: pure money and tree logic: exact decimals and dates, the account tree with its
@@ -14,6 +16,7 @@
 //! - [`auth`]: JWT verify/issue, Argon2id passwords off the async workers, rate limits, backoff.
 //! - [`app`], [`config`], [`clock`]: the shared state, configuration (env + flags), and the one
 //!   injectable clock.
+//! - [`metrics`]: the Prometheus metrics every layer records into, through one-line calls.
 
 pub mod api;
 pub mod app;
@@ -22,6 +25,7 @@ pub mod clock;
 pub mod config;
 pub mod domain;
 pub mod http;
+pub mod metrics;
 pub mod store;
 
 use std::net::SocketAddr;

@@ -8,14 +8,15 @@ use pfm::config::Config;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let cfg = Config::parse();
+    let filter = || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false);
+    if cfg.log_format == "json" {
+        // One JSON object per line, the event's fields at the top level.
+        logs.json().flatten_event(true).with_current_span(false).with_env_filter(filter()).init();
+    } else {
+        logs.with_env_filter(filter()).init();
+    }
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let app = match pfm::app::App::open(cfg, Arc::new(SystemClock)) {
         Ok(a) => a,

@@ -1,7 +1,7 @@
 //! Read-only analytics (SPEC 8). Everything except the two log endpoints is answered from the
 //! snapshot's precomputed aggregates.
 
-use super::{find, millionths, number, snapshot, Rq};
+use super::{find, integral, millionths, number, snapshot, Rq};
 use crate::app::App;
 use crate::domain::dates::{day_of, fmt_datetime, fmt_day, fmt_due, parse_date};
 use crate::domain::engine::TxRecord;
@@ -67,15 +67,62 @@ fn log_json(recs: &[TxRecord]) -> String {
     array(recs.iter().map(record_json))
 }
 
+/// Largest page of /get_transactions (issue 8).
+pub const PAGE_MAX: i64 = 1000;
+const BAD_LIMIT: &str = "limit must be an integer between 1 and 1000";
+const BAD_CURSOR: &str = "Invalid cursor";
+
+/// A page cursor: the sequence number of the page's first record and a tag of the account it
+/// belongs to, as 24 hex digits. Opaque to clients; the tag makes a cursor of another account
+/// an error instead of a silently wrong page.
+fn cursor_text(acc: AccountId, seq: u64) -> String {
+    format!("{seq:016x}{:08x}", acc as u32)
+}
+
+/// Parses a cursor's text; its account tag is checked once the account is known.
+fn cursor_parse(text: &str) -> Result<(u64, u32), ApiError> {
+    let hex = |t: &str| t.bytes().all(|b| b.is_ascii_hexdigit());
+    if text.len() != 24 || !hex(text) {
+        return Err(ApiError::bad(BAD_CURSOR));
+    }
+    let seq = u64::from_str_radix(&text[..16], 16).map_err(|_| ApiError::bad(BAD_CURSOR))?;
+    let tag = u32::from_str_radix(&text[16..], 16).map_err(|_| ApiError::bad(BAD_CURSOR))?;
+    Ok((seq, tag))
+}
+
 pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_str("uuid", "uuid is required")?;
+    // Without `limit` the answer is the whole log, exactly as SPEC 8.3 (a lone cursor is ignored
+    // like any unknown parameter).
+    let limit = number(&rq.params, "limit", None, BAD_LIMIT)?.map(|d| integral(&d, 1, PAGE_MAX, BAD_LIMIT));
+    let Some(limit) = limit.transpose()? else {
+        let st = snapshot(app, rq).await?;
+        let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+        let recs = app.users.read_log(&st, a.uuid).await?;
+        return Ok(Obj::new()
+            .str("uuid", &uuid)
+            .int("transaction_count", recs.len() as i128)
+            .raw("transactions", &log_json(&recs)));
+    };
+    let cursor = rq.params.str("cursor")?.map(|c| cursor_parse(&c)).transpose()?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
-    let recs = app.users.read_log(&st, a.uuid).await?;
+    let start = match cursor {
+        None => 0,
+        // Logs only grow while the account exists, so a cursor past the end was never issued.
+        Some((seq, tag)) if tag == a.uuid as u32 && seq <= a.log_len => seq,
+        Some(_) => return Err(ApiError::bad(BAD_CURSOR)),
+    };
+    // Pages follow recording order, as the whole log does; the snapshot's log length bounds
+    // the last page, so a page never shows a record of an uncommitted write.
+    let end = a.log_len.min(start + limit as u64);
+    let recs = app.users.read_log_range(&st, a.uuid, start, end).await?;
+    let next = (end < a.log_len).then(|| cursor_text(a.uuid, end));
     Ok(Obj::new()
         .str("uuid", &uuid)
         .int("transaction_count", recs.len() as i128)
-        .raw("transactions", &log_json(&recs)))
+        .raw("transactions", &array(recs.iter().map(record_json)))
+        .opt_str("next_cursor", next.as_deref()))
 }
 
 pub async fn total_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {

@@ -73,6 +73,7 @@ pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     check_len("password", Some(&password), 128)?;
     let t = rq.now_us as f64 / 1e6;
     if let Some(Failure::Wait(msg, secs)) = app.login_backoff.pending(&user_id, t) {
+        crate::metrics::auth_failed("login", "429");
         return Err(ApiError::TooMany(msg, secs));
     }
     // Through the cache: it holds every acknowledged write, storage may still be applying some.
@@ -81,8 +82,14 @@ pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let ok = app.passwords.verify(password, hash).await.map_err(ApiError::Internal)?;
     let Some(record) = record.filter(|_| ok) else {
         return Err(match app.login_backoff.fail(&user_id, t) {
-            Failure::Wait(msg, secs) => ApiError::TooMany(msg, secs),
-            Failure::Reject => ApiError::new(401, "Invalid user_id or password"),
+            Failure::Wait(msg, secs) => {
+                crate::metrics::auth_failed("login", "429");
+                ApiError::TooMany(msg, secs)
+            }
+            Failure::Reject => {
+                crate::metrics::auth_failed("login", "401");
+                ApiError::new(401, "Invalid user_id or password")
+            }
         });
     };
     app.login_backoff.clear(&user_id);

@@ -149,26 +149,56 @@ impl RateLimiter {
     }
 
     pub fn check(&self, key: &str, t: f64) -> Verdict {
-        self.table.with(key, |e| match e {
+        self.check_quota(key, t).0
+    }
+
+    /// Checks `key` at `t` and reports what is left of its window, for the RateLimit header
+    /// fields; computed under the same shard lock, so it costs nothing extra.
+    pub fn check_quota(&self, key: &str, t: f64) -> (Verdict, Quota) {
+        let (verdict, start, count) = self.table.with(key, |e| match e {
             None => {
                 *e = Some((t, 1));
-                Verdict::Allow
+                (Verdict::Allow, t, 1)
             }
             Some((start, count)) => {
                 if t - *start > self.window_secs {
                     *start = t;
                     *count = 1;
-                    Verdict::Allow
+                    (Verdict::Allow, t, 1)
                 } else if *count < self.max_requests {
                     *count += 1;
-                    Verdict::Allow
+                    (Verdict::Allow, *start, *count)
                 } else {
                     let wait = (*start + self.window_secs - t).ceil();
-                    Verdict::Deny(wait.max(1.0) as u64)
+                    (Verdict::Deny(wait.max(1.0) as u64), *start, *count)
                 }
             }
-        })
+        });
+        let reset_secs = match verdict {
+            Verdict::Deny(s) => s,
+            Verdict::Allow => (start + self.window_secs - t).ceil().max(0.0) as u64,
+        };
+        let quota = Quota {
+            limit: self.max_requests,
+            window_secs: self.window_secs as u64,
+            remaining: self.max_requests.saturating_sub(count),
+            reset_secs,
+        };
+        (verdict, quota)
     }
+}
+
+/// One limiter's state for a key after a check (IETF httpapi RateLimit header fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Requests allowed per window (`q`).
+    pub limit: u64,
+    /// Window length (`w`).
+    pub window_secs: u64,
+    /// Requests left in the current window (`r`).
+    pub remaining: u64,
+    /// Seconds until the window can reset (`t`).
+    pub reset_secs: u64,
 }
 
 /// Exponential backoff keyed by a failing credential (token or login user id, held as a hash).
@@ -269,6 +299,17 @@ mod tests {
         assert_eq!(l.check("u", 3.0), Verdict::Deny(7));
         assert_eq!(l.check("u", 10.0), Verdict::Deny(1));
         assert_eq!(l.check("u", 10.5), Verdict::Allow);
+    }
+
+    #[test]
+    fn quota_reports_remaining_and_reset() {
+        let l = RateLimiter::new(3, 10);
+        let q = |r, t| Quota { limit: 3, window_secs: 10, remaining: r, reset_secs: t };
+        assert_eq!(l.check_quota("u", 0.0), (Verdict::Allow, q(2, 10)));
+        assert_eq!(l.check_quota("u", 2.5), (Verdict::Allow, q(1, 8)));
+        assert_eq!(l.check_quota("u", 3.0), (Verdict::Allow, q(0, 7)));
+        assert_eq!(l.check_quota("u", 4.0), (Verdict::Deny(6), q(0, 6)));
+        assert_eq!(l.check_quota("u", 10.5), (Verdict::Allow, q(2, 10)));
     }
 
     #[test]

@@ -3,13 +3,13 @@
 
 use std::net::IpAddr;
 
-use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use hyper::Method;
 
 use super::response::Reply;
 use crate::app::App;
 use crate::auth::jwt::Identity;
-use crate::auth::limits::{Failure, Verdict};
+use crate::auth::limits::{Failure, Quota, Verdict};
 
 /// Who is asking, once the filter let the request through.
 pub enum Pass {
@@ -17,11 +17,40 @@ pub enum Pass {
     User(Identity),
 }
 
-/// SPEC 4.1's exempt paths, plus the web page's static files (exact GET paths, no data in them).
-fn is_public(method: &Method, path: &str, headers: &HeaderMap) -> bool {
-    matches!(path, "/__ping__" | "/login" | "/generate_access_token")
+/// A request the filter let through, with the state of the limiter that counted it.
+pub struct Passed {
+    pub who: Pass,
+    pub quota: Quota,
+}
+
+/// Token-exempt paths (SPEC 4.1, and the operational endpoints of issue 8). `/metrics` is
+/// exempt only while enabled; turned off it is an unknown path like any other.
+/// The web page's static files are exempt too (exact GET paths, no data in them).
+fn is_public(app: &App, method: &Method, path: &str, headers: &HeaderMap) -> bool {
+    matches!(
+        path,
+        "/__ping__" | "/login" | "/generate_access_token" | "/healthz" | "/readyz" | "/openapi.json"
+    ) || (path == "/register" && !headers.contains_key(AUTHORIZATION))
+        || (path == "/metrics" && app.cfg.metrics_enabled)
         || super::assets::find(method, path).is_some()
-        || (path == "/register" && !headers.contains_key(AUTHORIZATION))
+}
+
+/// Name of the one policy both limiters apply (they share `MAX_REQUESTS` and `WINDOW_SIZE`).
+const POLICY: &str = "default";
+
+/// `RateLimit-Policy` and `RateLimit` (IETF httpapi ratelimit-headers draft) for `q`.
+pub fn ratelimit_headers(q: &Quota) -> [(HeaderName, HeaderValue); 2] {
+    let hv = |s: String| HeaderValue::from_str(&s).unwrap_or(HeaderValue::from_static("\"default\""));
+    [
+        (
+            HeaderName::from_static("ratelimit-policy"),
+            hv(format!("\"{POLICY}\";q={};w={}", q.limit, q.window_secs)),
+        ),
+        (
+            HeaderName::from_static("ratelimit"),
+            hv(format!("\"{POLICY}\";r={};t={}", q.remaining, q.reset_secs)),
+        ),
+    ]
 }
 
 pub fn client_ip(app: &App, headers: &HeaderMap, peer: IpAddr) -> String {
@@ -43,7 +72,27 @@ fn too_many(msg: &str, retry_after: u64) -> Reply {
     Reply::bare(429, msg).header(RETRY_AFTER, HeaderValue::from(retry_after))
 }
 
-pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: IpAddr) -> Result<Pass, Reply> {
+/// A limiter's verdict as the filter's outcome: the quota travels with a pass, and a denial
+/// carries the header fields itself.
+fn limited(verdict: Verdict, quota: Quota, who: Pass, msg: &str) -> Result<Passed, Reply> {
+    match verdict {
+        Verdict::Allow => Ok(Passed { who, quota }),
+        Verdict::Deny(s) => {
+            crate::metrics::rate_limited(if matches!(who, Pass::Public) { "ip" } else { "user" });
+            let mut r = too_many(msg, s);
+            r.headers.extend(ratelimit_headers(&quota));
+            Err(r)
+        }
+    }
+}
+
+pub fn run(
+    app: &App,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    peer: IpAddr,
+) -> Result<Passed, Reply> {
     if app.cfg.cors_allow_origin.is_some() && method == Method::OPTIONS {
         let mut r = Reply::json(204, String::new());
         r.headers.push((
@@ -58,12 +107,10 @@ pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: Ip
         return Err(r);
     }
     let t = app.now_secs_f64();
-    if is_public(method, path, headers) {
+    if is_public(app, method, path, headers) {
         let ip = client_ip(app, headers, peer);
-        return match app.ip_limiter.check(&ip, t) {
-            Verdict::Allow => Ok(Pass::Public),
-            Verdict::Deny(s) => Err(too_many("Rate limit exceeded. Try again later.", s)),
-        };
+        let (verdict, quota) = app.ip_limiter.check_quota(&ip, t);
+        return limited(verdict, quota, Pass::Public, "Rate limit exceeded. Try again later.");
     }
     let header = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes).unwrap_or_default();
     // HTTP drops a header value's trailing whitespace, so `Bearer ` arrives as `Bearer`: that is
@@ -84,12 +131,16 @@ pub fn run(app: &App, method: &Method, path: &str, headers: &HeaderMap, peer: Ip
     let Some(ident) = app.jwt.verify(token, t) else {
         ip_budget()?;
         return Err(match app.auth_backoff.fail(token, t) {
-            Failure::Reject => Reply::bare(401, "Invalid or expired token"),
-            Failure::Wait(msg, s) => too_many(&msg, s),
+            Failure::Reject => {
+                crate::metrics::auth_failed("token", "401");
+                Reply::bare(401, "Invalid or expired token")
+            }
+            Failure::Wait(msg, s) => {
+                crate::metrics::auth_failed("token", "429");
+                too_many(&msg, s)
+            }
         });
     };
-    match app.user_limiter.check(&ident.user_id, t) {
-        Verdict::Allow => Ok(Pass::User(ident)),
-        Verdict::Deny(s) => Err(too_many("Rate limit exceeded. Try later.", s)),
-    }
+    let (verdict, quota) = app.user_limiter.check_quota(&ident.user_id, t);
+    limited(verdict, quota, Pass::User(ident), "Rate limit exceeded. Try later.")
 }

@@ -44,6 +44,17 @@ pub enum Ep {
     GetFreq,
     SetPeriods,
     GetPeriods,
+    /// Operational endpoints answered by `http` itself, never by a handler.
+    Ops(Op),
+}
+
+/// The operational endpoints (issue 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Healthz,
+    Readyz,
+    Metrics,
+    OpenApi,
 }
 
 pub struct Route {
@@ -55,8 +66,8 @@ pub struct Route {
 }
 
 macro_rules! routes {
-    ($( $m:ident $path:literal => $ep:ident, $prefix:literal; )*) => {
-        pub static ROUTES: &[Route] = &[ $( Route { path: $path, method: Method::$m, ep: Ep::$ep, prefix: $prefix }, )* ];
+    ($( $m:ident $path:literal => $ep:ident $(($op:ident))?, $prefix:literal; )*) => {
+        pub static ROUTES: &[Route] = &[ $( Route { path: $path, method: Method::$m, ep: Ep::$ep $((Op::$op))?, prefix: $prefix }, )* ];
     };
 }
 
@@ -101,6 +112,10 @@ routes! {
     GET "/get_account_freq" => GetFreq, "Failed to get frequency";
     POST "/set_account_periods" => SetPeriods, "Failed to set account periods";
     GET "/get_account_periods" => GetPeriods, "Failed to get account periods";
+    GET "/healthz" => Ops(Healthz), "";
+    GET "/readyz" => Ops(Readyz), "";
+    GET "/metrics" => Ops(Metrics), "";
+    GET "/openapi.json" => Ops(OpenApi), "";
 }
 
 /// Outcome of routing.

@@ -26,12 +26,14 @@ use super::assets;
 use super::conn_io::{ErrorAnswers, JsonErrors};
 use super::filter::{self, Pass};
 use super::json::reference_style;
+use super::ops;
 use super::params::Params;
 use super::response::{envelope, ApiError, Reply};
-use super::router::{route, Ep, Routed};
+use super::router::{route, Ep, Op, Routed, ROUTES};
 use crate::api::{self, Rq};
 use crate::app::App;
 use crate::config::ResponseStyle;
+use crate::metrics;
 
 /// Largest accepted request body (SPEC 3.2).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -66,22 +68,68 @@ fn request_id(req: &Request<Incoming>) -> HeaderValue {
 }
 
 async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+    let started = std::time::Instant::now();
+    let route = metrics::route_index(req.uri().path());
     let rid = request_id(&req);
+    let method = req.method().clone();
+    let client = filter::client_ip(&app, req.headers(), peer.ip());
+    // Unknown paths are logged as sent (bounded); known ones by their route.
+    let unknown_path = (route == ROUTES.len()).then(|| bounded(req.uri().path(), 128).to_string());
+    let mut user = None;
     let mut reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
         Err(r) => r,
-        Ok(pass) => dispatch(&app, req, pass).await,
+        Ok(passed) => {
+            if let Pass::User(i) = &passed.who {
+                user = Some(i.user_id.clone());
+            }
+            let mut r = dispatch(&app, req, passed.who).await;
+            r.headers.extend(filter::ratelimit_headers(&passed.quota));
+            r
+        }
     };
-    if app.cfg.response_style == ResponseStyle::Reference && !reply.body.is_empty() {
+    // Reference style reshapes API answers only: not the operational endpoints (OpenAPI,
+    // metrics, probes) nor the web page's files.
+    let api_route = ROUTES.get(route).is_some_and(|r| !matches!(r.ep, Ep::Ops(_)));
+    if app.cfg.response_style == ResponseStyle::Reference && api_route && !reply.body.is_empty() {
         reply.body = reference_style(&reply.body);
     }
+    let elapsed = started.elapsed();
+    metrics::request_observed(route, reply.status, elapsed);
+    // The access log: one line per request. Never the query string, headers or body, so no
+    // token, password or secret can reach it.
+    tracing::info!(
+        target: "access",
+        request_id = rid.to_str().unwrap_or("-"),
+        method = method.as_str(),
+        route = unknown_path.as_deref().unwrap_or(metrics::route_label(route)),
+        status = reply.status,
+        latency_us = elapsed.as_micros() as u64,
+        user = user.as_deref(),
+        client = client.as_str(),
+        "request"
+    );
     let mut resp = reply.into_response();
     resp.headers_mut().insert("x-request-id", rid);
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
         if let Ok(v) = HeaderValue::from_str(origin) {
             resp.headers_mut().insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+            // Without this a browser hides these headers from the page's script.
+            resp.headers_mut().insert(
+                hyper::header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static("RateLimit, RateLimit-Policy, Retry-After, X-Request-Id"),
+            );
         }
     }
     resp
+}
+
+/// The first `max` bytes of `s`, cut at a character boundary.
+fn bounded(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
@@ -96,8 +144,12 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
                 .header(ALLOW, HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")))
         }
     };
-    if r.ep == Ep::Ping {
-        return Reply::json(200, "{\"status\":\"ok\"}".to_string());
+    match r.ep {
+        Ep::Ping | Ep::Ops(Op::Healthz) => return ops::healthz(),
+        Ep::Ops(Op::Readyz) => return ops::readyz(app).await,
+        Ep::Ops(Op::Metrics) => return ops::metrics(app),
+        Ep::Ops(Op::OpenApi) => return ops::openapi(),
+        _ => {}
     }
     let start_us = app.clock.now_micros();
     let too_large = || Reply::bare(413, "Request body too large");

@@ -246,6 +246,21 @@ impl Shared {
     }
 }
 
+/// Rows an operation writes (the commit-size metric).
+fn op_rows(op: &Op) -> usize {
+    match op {
+        Op::Commit { change: c, .. } => {
+            1 + c.accounts.len()
+                + c.records.len()
+                + c.days.len()
+                + c.track.len()
+                + c.main_txids.len()
+                + c.removed.len()
+        }
+        Op::DeleteUser { .. } => 1,
+    }
+}
+
 fn main_txids(op: &Op) -> (u64, &[String]) {
     match op {
         Op::Commit { user, change } => (user.user_no, &change.main_txids),
@@ -434,8 +449,10 @@ fn journal_thread(
         let written = if shared.fail_next_append.swap(false, Ordering::SeqCst) {
             Err(std::io::Error::from_raw_os_error(28)) // ENOSPC, as a full disk answers
         } else {
+            let _timer = crate::metrics::flush_timer();
             file.write_all(&buf).and_then(|_| file.sync_data())
         };
+        crate::metrics::flush_commits(live.len() as u64);
         match written {
             Ok(()) => {
                 len += buf.len() as u64;
@@ -664,6 +681,7 @@ impl Store for JournalStore {
     }
 
     fn commit(&self, op: Op, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
+        let timer = crate::metrics::CommitTimer::start(op_rows(&op));
         let (ack, rx) = tokio::sync::oneshot::channel();
         let queued = (|| {
             if self.shared.broken.load(Ordering::Acquire) {
@@ -688,6 +706,7 @@ impl Store for JournalStore {
             Ok(())
         })();
         Box::pin(async move {
+            let _timer = timer;
             queued?;
             rx.await.map_err(|_| StoreError::Engine("the journal thread stopped".into()))?
         })

@@ -118,6 +118,7 @@ impl Users {
     }
 
     async fn load(&self, user_id: &str) -> Result<Option<Arc<UserState>>, StoreError> {
+        crate::metrics::user_cache_miss();
         let Some((user, tree)) = self.store.load_user(user_id).await? else {
             return Ok(None);
         };
@@ -132,6 +133,7 @@ impl Users {
     pub async fn snapshot(&self, user_id: &str) -> Result<Option<Arc<UserState>>, StoreError> {
         let slot = self.slot(user_id);
         if let Some(s) = slot.state.read().as_ref() {
+            crate::metrics::user_cache_hit();
             return Ok(s.clone());
         }
         // Not known: load under the writer lock so no commit is queued during the load. Storage
@@ -173,13 +175,25 @@ impl Users {
         self.store.read_log(st.user.user_no, acc, 0, len).await
     }
 
+    /// Records `[start, end)` of account `acc`'s log, within the committed state `st` (a page).
+    pub async fn read_log_range(
+        &self,
+        st: &UserState,
+        acc: AccountId,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<TxRecord>, StoreError> {
+        let len = st.tree.get(acc).map_or(0, |a| a.log_len);
+        self.store.read_log(st.user.user_no, acc, start.min(len), end.min(len)).await
+    }
+
     /// Takes the user's write lock (FIFO), loading the state if needed.
     pub async fn lock(&self, user_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let slot = self.slot(user_id);
         let lock = self.take_lock(&slot).await?;
         let pending = slot.pending.lock().clone();
         let current = match pending {
-            Some(s) => s,
+            Some(s) => crate::metrics::user_cache_hit_then(s),
             None => {
                 // After a refused write, every earlier write must answer first: then the durable
                 // state is exact, and it is rebased so storage refuses nothing built on it.

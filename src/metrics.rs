@@ -1,0 +1,228 @@
+//! Prometheus metrics (issue 8): every metric is defined here, and the rest of the crate records
+//! through the small functions below, so instrumenting a layer is one line.
+//!
+//! The metrics are process-wide (one process is one scrape target). Per-route handles are
+//! resolved once at first use, indexed like the router's route table, so recording a request
+//! costs a few atomic adds and no allocation.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use prometheus::{
+    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, Opts, Registry, TextEncoder,
+};
+
+use crate::http::router::ROUTES;
+
+/// Route label of requests whose path is not in the route table (bounds the label set).
+pub const OTHER_ROUTE: &str = "other";
+
+/// Latency buckets in seconds: from 100 us (a cached read) to 10 s (a stalled flush).
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    /// Latency per route, by route index; the last one is [`OTHER_ROUTE`].
+    latency: Vec<Histogram>,
+    commit_seconds: Histogram,
+    commit_rows: Histogram,
+    flush_seconds: Histogram,
+    flush_commits: Histogram,
+    cache_hits: IntCounter,
+    cache_misses: IntCounter,
+    cache_users: IntGauge,
+    rate_limited: IntCounterVec,
+    auth_failures: IntCounterVec,
+}
+
+/// Definitions never fail (names and labels are fixed literals); `expect` documents that.
+fn build() -> Metrics {
+    const FIXED: &str = "metric definitions are valid literals";
+    let registry = Registry::new_custom(Some("pfm".into()), None).expect(FIXED);
+    let requests = IntCounterVec::new(
+        Opts::new("http_requests_total", "HTTP requests answered, by route and status"),
+        &["route", "status"],
+    )
+    .expect(FIXED);
+    let latency_vec = HistogramVec::new(
+        HistogramOpts::new("http_request_duration_seconds", "Time from request head to answer, by route")
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        &["route"],
+    )
+    .expect(FIXED);
+    let latency = ROUTES
+        .iter()
+        .map(|r| r.path)
+        .chain([OTHER_ROUTE])
+        .map(|p| latency_vec.with_label_values(&[p]))
+        .collect();
+    let commit_seconds = Histogram::with_opts(
+        HistogramOpts::new("store_commit_duration_seconds", "Atomic commit: apply plus the (shared) flush")
+            .buckets(LATENCY_BUCKETS.to_vec()),
+    )
+    .expect(FIXED);
+    let commit_rows = Histogram::with_opts(
+        HistogramOpts::new("store_commit_rows", "Rows written by one atomic commit")
+            .buckets(exponential_buckets(1.0, 2.0, 14).expect(FIXED)),
+    )
+    .expect(FIXED);
+    let flush_seconds = Histogram::with_opts(
+        HistogramOpts::new("store_flush_duration_seconds", "One flush to stable storage (group commit)")
+            .buckets(LATENCY_BUCKETS.to_vec()),
+    )
+    .expect(FIXED);
+    let flush_commits = Histogram::with_opts(
+        HistogramOpts::new("store_flush_commits", "Commits made durable by one flush (group commit batch)")
+            .buckets(exponential_buckets(1.0, 2.0, 12).expect(FIXED)),
+    )
+    .expect(FIXED);
+    let cache_hits = IntCounter::new("user_cache_hits_total", "User state found in the cache").expect(FIXED);
+    let cache_misses =
+        IntCounter::new("user_cache_misses_total", "User state loaded from storage").expect(FIXED);
+    let cache_users = IntGauge::new("user_cache_resident_users", "Users held in the cache").expect(FIXED);
+    let rate_limited = IntCounterVec::new(
+        Opts::new("rate_limit_rejections_total", "Requests refused by a rate limiter (429)"),
+        &["limiter"],
+    )
+    .expect(FIXED);
+    let auth_failures = IntCounterVec::new(
+        Opts::new("auth_failures_total", "Requests refused for bad credentials: a bearer token or a login"),
+        &["kind", "answer"],
+    )
+    .expect(FIXED);
+    let all: [Box<dyn prometheus::core::Collector>; 11] = [
+        Box::new(requests.clone()),
+        Box::new(latency_vec),
+        Box::new(commit_seconds.clone()),
+        Box::new(commit_rows.clone()),
+        Box::new(flush_seconds.clone()),
+        Box::new(flush_commits.clone()),
+        Box::new(cache_hits.clone()),
+        Box::new(cache_misses.clone()),
+        Box::new(cache_users.clone()),
+        Box::new(rate_limited.clone()),
+        Box::new(auth_failures.clone()),
+    ];
+    for c in all {
+        registry.register(c).expect(FIXED);
+    }
+    Metrics {
+        registry,
+        requests,
+        latency,
+        commit_seconds,
+        commit_rows,
+        flush_seconds,
+        flush_commits,
+        cache_hits,
+        cache_misses,
+        cache_users,
+        rate_limited,
+        auth_failures,
+    }
+}
+
+static M: LazyLock<Metrics> = LazyLock::new(build);
+
+/// Index of `path` in the route table, or the index of [`OTHER_ROUTE`].
+pub fn route_index(path: &str) -> usize {
+    ROUTES.iter().position(|r| r.path == path).unwrap_or(ROUTES.len())
+}
+
+/// The route label of an index from [`route_index`].
+pub fn route_label(index: usize) -> &'static str {
+    ROUTES.get(index).map_or(OTHER_ROUTE, |r| r.path)
+}
+
+/// One answered request.
+pub fn request_observed(route: usize, status: u16, elapsed: Duration) {
+    let m = &*M;
+    let code = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    m.requests.with_label_values(&[route_label(route), code.as_str()]).inc();
+    if let Some(h) = m.latency.get(route) {
+        h.observe(elapsed.as_secs_f64());
+    }
+}
+
+/// Times a store commit of `rows` writes; observes when dropped (success or error).
+pub struct CommitTimer {
+    start: Instant,
+    rows: usize,
+}
+
+impl CommitTimer {
+    pub fn start(rows: usize) -> CommitTimer {
+        CommitTimer { start: Instant::now(), rows }
+    }
+}
+
+impl Drop for CommitTimer {
+    fn drop(&mut self) {
+        commit_observed(self.rows, self.start.elapsed());
+    }
+}
+
+pub fn commit_observed(rows: usize, elapsed: Duration) {
+    M.commit_rows.observe(rows as f64);
+    M.commit_seconds.observe(elapsed.as_secs_f64());
+}
+
+/// Times one flush to stable storage; observes when dropped.
+pub struct FlushTimer(Instant);
+
+pub fn flush_timer() -> FlushTimer {
+    FlushTimer(Instant::now())
+}
+
+impl Drop for FlushTimer {
+    fn drop(&mut self) {
+        M.flush_seconds.observe(self.0.elapsed().as_secs_f64());
+    }
+}
+
+/// One flush made `commits` commits durable (0 when an earlier flush already covered them all).
+pub fn flush_commits(commits: u64) {
+    M.flush_commits.observe(commits as f64);
+}
+
+pub fn user_cache_hit() {
+    M.cache_hits.inc();
+}
+
+/// [`user_cache_hit`] as an expression (keeps the call site a one-line change).
+pub fn user_cache_hit_then<T>(v: T) -> T {
+    user_cache_hit();
+    v
+}
+
+pub fn user_cache_miss() {
+    M.cache_misses.inc();
+}
+
+/// A limiter refused a request; `limiter` is `ip` or `user`.
+pub fn rate_limited(limiter: &'static str) {
+    M.rate_limited.with_label_values(&[limiter]).inc();
+}
+
+/// Credentials were refused: `kind` is `token` (bearer verification) or `login`; `answer` is
+/// `401`, or `429` while a failed-attempt backoff runs.
+pub fn auth_failed(kind: &'static str, answer: &'static str) {
+    M.auth_failures.with_label_values(&[kind, answer]).inc();
+}
+
+/// The text exposition format of every metric; `resident_users` is sampled now (cheaper than
+/// tracking every cache insert and eviction).
+pub fn render(resident_users: usize) -> String {
+    M.cache_users.set(i64::try_from(resident_users).unwrap_or(i64::MAX));
+    let mut out = Vec::with_capacity(16 * 1024);
+    if let Err(e) = TextEncoder::new().encode(&M.registry.gather(), &mut out) {
+        tracing::error!(error = %e, "metrics encoding failed");
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
