@@ -2,7 +2,7 @@
 # Issue 9 item 1: throughput of failed authentications stays flat (>= 0.8x of its start) after
 # half a million distinct invalid tokens, because key tables hold bounded hashes and evict in O(1).
 # Loopback only, in-process server; bounded by the request count.
-# Usage: scripts/keys_bench.sh [total_requests] [slice] [threads]   (PROFILE=debug for a quick run)
+# Usage: scripts/keys_bench.sh [total_requests] [slice] [threads] [rounds]  (PROFILE=debug: quicker build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE=${PROFILE:-release}
@@ -13,4 +13,4 @@ else
   cargo build --example keys_bench
   BIN=target/debug/examples/keys_bench
 fi
-RUST_LOG=warn timeout 900 "$BIN" "${1:-500000}" "${2:-40000}" "${3:-4}"
+RUST_LOG=warn timeout 900 "$BIN" "${1:-500000}" "${2:-20000}" "${3:-4}" "${4:-5}"
