@@ -190,13 +190,16 @@ def proc_io(pid):
 
 
 def history(args):
-    """Back-dates `days` days of deposits (one into every account per day, plus a withdrawal)."""
+    """Back-dates `days` days of writes: per day, `per_day` deposits into every account (or only
+    into main), plus a withdrawal from Food."""
     u = json.load(open(args.users))[args.index]
     today = datetime.date.today()
     reqs = []
     for d in range(args.days, 0, -1):
         day = (today - datetime.timedelta(days=d)).isoformat()
         for k, (name, uuid) in enumerate(u["accounts"].items()):
+            if args.main_only and name != "Main":
+                continue
             for r in range(args.per_day):
                 reqs.append(("/deposit", {"uuid": uuid, "amount": "3.17", "channel": "hist",
                                           "transaction_date": day, "transaction_number": f"H{d}-{k}-{r}"}))
@@ -289,6 +292,7 @@ def main():
     p.add_argument("--days", type=int, default=700)
     p.add_argument("--per-day", type=int, default=1)
     p.add_argument("--conns", type=int, default=8)
+    p.add_argument("--main-only", action="store_true")
     p.set_defaults(f=history)
     p = sub.add_parser("deposits")
     p.add_argument("port", type=int)
