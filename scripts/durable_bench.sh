@@ -79,5 +79,6 @@ for name, c, rps, p50, p99, non2xx, sockerr in rows:
     r2 = f"{float(p99) / float(b[4]):.2f}" if b else "-"
     print(f"{name:<22} {c:>5} {float(rps):>9.0f} {int(p50) / 1e3:>8.2f} {int(p99) / 1e3:>8.2f} {r1:>9} {r2:>8} "
           f"{int(non2xx) + int(sockerr):>7}")
+print("goal (issue 6): deposit over the users at 128 connections req/s:raw >= 0.5 and p99:raw <= 3")
 PY
 $PY check3 "$PFM_PORT" "$WORK/users.json" "$ACKED" "$INFLIGHT"
