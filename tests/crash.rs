@@ -487,3 +487,94 @@ fn acknowledged_writes_survive_kill_9_under_concurrent_load() {
         );
     }
 }
+
+/// A size-limited tmpfs, unmounted when dropped (mounting needs root, as in CI).
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "cannot mount a tmpfs (this test needs root): {st:?}");
+        Tmpfs(dir)
+    }
+    fn resize(&self, size: &str) {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(self.0.path())
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "remount: {st:?}");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// Issue 6, item 5: a full disk during a write answers that write with a JSON 5xx, leaves nothing
+/// partial, and reads go on; once space is back, a restart shows every acknowledged write and
+/// none of the failed ones.
+#[test]
+// Today's store fails it either way: after ENOSPC reads answer 500, or the deposit answered 500
+// is visible in the total.
+#[ignore = "fails with the storage of today (see above); enable with storage v2 (issue 6)"]
+fn full_disk_fails_the_write_whole_and_reads_go_on() {
+    let fs = Tmpfs::mount("3m");
+    let data = fs.0.path().join("data");
+    let p = spawn(&data);
+    let tok = sign("full");
+    let v =
+        write_ok(p.addr, &tok, "/register", json!({"user_id": "full", "initial_balance": money(INITIAL)}));
+    let main = v["uuid"].as_str().expect("uuid").to_string();
+    for name in ["A", "B"] {
+        write_ok(
+            p.addr,
+            &tok,
+            "/add_sub_account",
+            json!({"parent_uuid": main, "name": name, "allocation": 0.5}),
+        );
+    }
+    let channel = "c".repeat(256);
+    let deposit = |addr, id: &str| {
+        let body = json!({"uuid": main, "amount": "1.01", "channel": channel, "transaction_number": id});
+        call(addr, "POST", "/deposit", &tok, Some(&body)).expect("an answer")
+    };
+    let mut acked = 0i64;
+    let (status, err) = loop {
+        let (st, v) = deposit(p.addr, &format!("F{acked}"));
+        if st != 200 {
+            break (st, v);
+        }
+        acked += 1;
+        assert!(acked < 1_000_000, "the disk never filled");
+    };
+    assert!((500..600).contains(&status) && err["success"] == json!(false), "{status} {err}");
+    assert_eq!(err["status"], json!(status), "{err}");
+    let total =
+        |addr| cents(&read(addr, &tok, &format!("/compute_total_balance?uuid={main}"))["total_balance"]);
+    let expected = INITIAL + 101 * acked;
+    // Reads go on, and show nothing of the failed write.
+    assert_eq!(total(p.addr), expected, "after {acked} deposits and a full disk");
+    let ids = |addr| -> HashSet<String> {
+        log(addr, &tok, &main).iter().filter_map(|t| t["TransactionID"].as_str().map(String::from)).collect()
+    };
+    assert!(!ids(p.addr).contains(&format!("F{acked}")), "the failed deposit is visible");
+    let (st, v) = deposit(p.addr, "G");
+    assert!((500..600).contains(&st), "a second write on a full disk: {st} {v}");
+    // Space comes back; a restart keeps every acknowledged write and none of the failed ones.
+    fs.resize("64m");
+    drop(p);
+    let p = spawn(&data);
+    assert_eq!(total(p.addr), expected, "after a restart");
+    let seen = ids(p.addr);
+    assert!((0..acked).all(|i| seen.contains(&format!("F{i}"))), "an acknowledged deposit is lost");
+    assert!(!seen.contains(&format!("F{acked}")) && !seen.contains("G"), "a failed deposit was applied");
+    assert_eq!(deposit(p.addr, "H").0, 200, "writes work again");
+}
