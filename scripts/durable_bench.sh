@@ -50,7 +50,8 @@ run() {
   out=$("${pin_wrk[@]}" wrk -t1 -c"$conns" -d"${DUR}s" --timeout 10s -s "$script" "$url" 2>&1)
   local res
   res=$(grep '^RESULT' <<<"$out") || { echo "wrk failed: $out" >&2; exit 1; }
-  eval "local ${res#RESULT }"
+  local rps p50 p99 requests non2xx sockerr
+  read -r rps p50 p99 requests non2xx sockerr <<<"$(sed -E 's/^RESULT //; s/[a-z0-9]+=//g' <<<"$res")"
   echo "$name $conns $rps $p50 $p99 $non2xx $sockerr" >> "$ROWS"
   if [ "$name" != raw ]; then
     ACKED=$((ACKED + requests - non2xx))
