@@ -240,7 +240,8 @@ def run_many(port, tok, reqs, conns):
 
 def deposits(args):
     """`n` deposits dated today into one user's main account over `conns` connections, with the
-    server's /proc/PID/io deltas around them. Prints one JSON line."""
+    server's /proc/PID/io deltas around them. Prints one JSON line: counts, seconds, byte deltas and
+    every latency (history_bench.sh adds up several such chunks)."""
     u = json.load(open(args.users))[args.index]
     main = u["accounts"]["Main"]
     reqs = [("/deposit", {"uuid": main, "amount": "1.01", "channel": "bench"}) for _ in range(args.n)]
@@ -252,10 +253,9 @@ def deposits(args):
     time.sleep(args.settle)  # background flushes caused by these deposits are counted too
     after = proc_io(args.pid)
     out = {
-        "user": u["user"], "conns": args.conns, "n": args.n, "rps": args.n / secs,
-        "p50_ms": lat[len(lat) // 2] * 1e3, "p99_ms": lat[int(len(lat) * 0.99)] * 1e3,
-        "write_bytes": (after["write_bytes"] - before["write_bytes"]) / args.n,
-        "wchar": (after["wchar"] - before["wchar"]) / args.n,
+        "user": u["user"], "conns": args.conns, "n": args.n, "secs": secs,
+        "write_bytes": after["write_bytes"] - before["write_bytes"], "wchar": after["wchar"] - before["wchar"],
+        "lat_ms": [round(x * 1e3, 3) for x in lat],
     }
     print(json.dumps(out))
 
