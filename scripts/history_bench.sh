@@ -60,14 +60,16 @@ for r in rows:
     r["lat"].sort()
     r["rps"] = r["n"] / r["secs"]
     r["p50_ms"], r["p99_ms"] = r["lat"][len(r["lat"]) // 2], r["lat"][int(len(r["lat"]) * 0.99)]
+    r["mean_ms"], r["max_ms"] = sum(r["lat"]) / len(r["lat"]), r["lat"][-1]
     r["write_bytes"] /= r["n"]
     r["wchar"] /= r["n"]
 print(f"history run: {sys.argv[2]} deposits dated today into main of a 9-account tree; "
       f"h0 fresh, h1 after {sys.argv[3]} days x ({sys.argv[4]} deposits per account{' (main only)' if sys.argv[5] else ''} + 1 withdrawal)")
-print(f"{'user':<6} {'conns':>5} {'dep/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'write_bytes/dep':>16} {'wchar/dep':>10}")
+print(f"{'user':<6} {'conns':>5} {'dep/s':>8} {'mean ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
+      f"{'write_bytes/dep':>16} {'wchar/dep':>10}")
 for r in rows:
-    print(f"{r['user']:<6} {r['conns']:>5} {r['rps']:>8.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
-          f"{r['write_bytes']:>16.0f} {r['wchar']:>10.0f}")
+    print(f"{r['user']:<6} {r['conns']:>5} {r['rps']:>8.0f} {r['mean_ms']:>8.2f} {r['p50_ms']:>7.2f} "
+          f"{r['p99_ms']:>7.2f} {r['max_ms']:>7.1f} {r['write_bytes']:>16.0f} {r['wchar']:>10.0f}")
 print("ratios history/fresh (goal: bytes <= 1.2, throughput >= 0.9):")
 for fresh, hist in zip(rows[0::2], rows[1::2]):
     div = lambda a, b: f"{a / b:.2f}" if b else "-"
