@@ -190,13 +190,16 @@ def proc_io(pid):
 
 
 def history(args):
-    """Back-dates `days` days of deposits (one into every account per day, plus a withdrawal)."""
+    """Back-dates `days` days of writes: per day, `per_day` deposits into every account (or only
+    into main), plus a withdrawal from Food."""
     u = json.load(open(args.users))[args.index]
     today = datetime.date.today()
     reqs = []
     for d in range(args.days, 0, -1):
         day = (today - datetime.timedelta(days=d)).isoformat()
         for k, (name, uuid) in enumerate(u["accounts"].items()):
+            if args.main_only and name != "Main":
+                continue
             for r in range(args.per_day):
                 reqs.append(("/deposit", {"uuid": uuid, "amount": "3.17", "channel": "hist",
                                           "transaction_date": day, "transaction_number": f"H{d}-{k}-{r}"}))
@@ -237,7 +240,8 @@ def run_many(port, tok, reqs, conns):
 
 def deposits(args):
     """`n` deposits dated today into one user's main account over `conns` connections, with the
-    server's /proc/PID/io deltas around them. Prints one JSON line."""
+    server's /proc/PID/io deltas around them. Prints one JSON line: counts, seconds, byte deltas and
+    every latency (history_bench.sh adds up several such chunks)."""
     u = json.load(open(args.users))[args.index]
     main = u["accounts"]["Main"]
     reqs = [("/deposit", {"uuid": main, "amount": "1.01", "channel": "bench"}) for _ in range(args.n)]
@@ -249,10 +253,9 @@ def deposits(args):
     time.sleep(args.settle)  # background flushes caused by these deposits are counted too
     after = proc_io(args.pid)
     out = {
-        "user": u["user"], "conns": args.conns, "n": args.n, "rps": args.n / secs,
-        "p50_ms": lat[len(lat) // 2] * 1e3, "p99_ms": lat[int(len(lat) * 0.99)] * 1e3,
-        "write_bytes": (after["write_bytes"] - before["write_bytes"]) / args.n,
-        "wchar": (after["wchar"] - before["wchar"]) / args.n,
+        "user": u["user"], "conns": args.conns, "n": args.n, "secs": secs,
+        "write_bytes": after["write_bytes"] - before["write_bytes"], "wchar": after["wchar"] - before["wchar"],
+        "lat_ms": [round(x * 1e3, 3) for x in lat],
     }
     print(json.dumps(out))
 
@@ -289,6 +292,7 @@ def main():
     p.add_argument("--days", type=int, default=700)
     p.add_argument("--per-day", type=int, default=1)
     p.add_argument("--conns", type=int, default=8)
+    p.add_argument("--main-only", action="store_true")
     p.set_defaults(f=history)
     p = sub.add_parser("deposits")
     p.add_argument("port", type=int)

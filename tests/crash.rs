@@ -57,7 +57,20 @@ impl Drop for Proc {
     }
 }
 
+#[track_caller]
 fn spawn(dir: &std::path::Path) -> Proc {
+    try_spawn(dir).unwrap_or_else(|e| panic!("pfm did not start listening: {e:?}"))
+}
+
+/// A start that ended without listening: how the process ended, and its log.
+#[derive(Debug)]
+struct NoStart {
+    status: Option<std::process::ExitStatus>,
+    log: String,
+}
+
+/// Starts pfm on `dir`.
+fn try_spawn(dir: &std::path::Path) -> Result<Proc, NoStart> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
         .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
         .arg(dir)
@@ -73,22 +86,34 @@ fn spawn(dir: &std::path::Path) -> Proc {
     // Reads the log on its own thread (so a hung start cannot hang the test) and keeps draining
     // it afterwards so the child never blocks on a full pipe.
     std::thread::spawn(move || {
-        let mut sent = false;
+        let mut listening = false;
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
-            if !sent && line.contains("pfm listening") {
-                if let Some(addr) = line.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()) {
-                    sent = tx.send(addr.to_string()).is_ok();
-                }
+            if !listening {
+                listening = line.contains("pfm listening");
+                let _ = tx.send(line);
             }
         }
     });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(a) => Proc { child, addr: a.parse().expect("socket addr") },
-        Err(e) => {
-            let _ = child.kill();
-            let status = child.wait();
-            panic!("pfm did not start listening ({e}); exit {status:?}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut log = String::new();
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) if line.contains("pfm listening") => {
+                let addr = line.split("addr=").nth(1).and_then(|r| r.split_whitespace().next());
+                return Ok(Proc { child, addr: addr.expect("addr=").parse().expect("socket addr") });
+            }
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(e) => {
+                if e == mpsc::RecvTimeoutError::Timeout {
+                    let _ = child.kill();
+                    log.push_str("(killed: no answer in 120 s)");
+                }
+                return Err(NoStart { status: child.wait().ok(), log });
+            }
         }
     }
 }
@@ -304,7 +329,8 @@ fn count(txs: &[Value], kind: &str, id: &str) -> usize {
 }
 
 /// Checks one user after a restart against what its threads saw, then moves the model on.
-fn check(addr: SocketAddr, user: &User, m: &mut Model, seen: &[&Outcome], cycle: usize) {
+/// Returns how many of the in-flight operations turned out applied.
+fn check(addr: SocketAddr, user: &User, m: &mut Model, seen: &[&Outcome], cycle: usize) -> usize {
     let logs: HashMap<&str, Vec<Value>> =
         [&user.main, &user.a, &user.b].into_iter().map(|u| (u.as_str(), log(addr, &user.tok, u))).collect();
     let main_log = &logs[user.main.as_str()];
@@ -313,6 +339,7 @@ fn check(addr: SocketAddr, user: &User, m: &mut Model, seen: &[&Outcome], cycle:
     let mut moves_acked: HashMap<&str, usize> = HashMap::new();
     let mut moves_unknown: HashMap<&str, usize> = HashMap::new();
     let mut adds_unknown = 0;
+    let mut applied = 0;
     for o in seen {
         for op in &o.acked {
             match op {
@@ -338,6 +365,7 @@ fn check(addr: SocketAddr, user: &User, m: &mut Model, seen: &[&Outcome], cycle:
             Some(Op::Deposit { id, amount }) => match count(main_log, "Deposit", id) {
                 0 => {}
                 1 => {
+                    applied += 1;
                     m.deposits.insert(id.clone());
                     expected += amount;
                 }
@@ -379,6 +407,7 @@ fn check(addr: SocketAddr, user: &User, m: &mut Model, seen: &[&Outcome], cycle:
         "{n} accounts, {known} known + {adds_unknown} unknown ({ctx})"
     );
     m.accounts_unacked += n - known;
+    applied += n - known;
     // Transfers: each applied one left exactly one Internal Transfer withdrawal in its source.
     for (uuid, txs) in &logs {
         let n =
@@ -390,6 +419,7 @@ fn check(addr: SocketAddr, user: &User, m: &mut Model, seen: &[&Outcome], cycle:
             n >= before + acked && n <= before + acked + unknown,
             "transfers out of {uuid}: {n} in the log, {before} before + {acked} acknowledged + {unknown} unknown ({ctx})"
         );
+        applied += n - before - acked;
         m.moves_out.insert(uuid.to_string(), n);
     }
     // Money: the total is exactly what the applied operations make it, and the parts add up.
@@ -407,6 +437,7 @@ fn check(addr: SocketAddr, user: &User, m: &mut Model, seen: &[&Outcome], cycle:
     }
     assert_eq!(parts, total, "main total is not the sum of its parts ({ctx})");
     m.total = total;
+    applied
 }
 
 #[test]
@@ -468,12 +499,216 @@ fn acknowledged_writes_survive_kill_9_under_concurrent_load() {
         let acked: usize = outcomes.iter().map(|o| o.acked.len()).sum();
         let unknown = outcomes.iter().filter(|o| o.unknown.is_some()).count();
         let why: HashSet<&str> = outcomes.iter().map(|o| o.why.as_str()).collect();
-        eprintln!("cycle {cycle}: {acked} acknowledged writes, {unknown} in flight at kill -9 ({why:?})");
         p = spawn(dir.path());
+        let mut applied = 0;
         for (u, user) in users.iter().enumerate() {
             let seen: Vec<&Outcome> =
                 outcomes[u * THREADS_PER_USER..(u + 1) * THREADS_PER_USER].iter().collect();
-            check(p.addr, user, &mut models[u], &seen, cycle);
+            applied += check(p.addr, user, &mut models[u], &seen, cycle);
+        }
+        eprintln!(
+            "cycle {cycle}: {acked} acknowledged writes all present, money conserved; {unknown} in flight at \
+             kill -9 ({why:?}), {applied} of them applied whole, the others not at all"
+        );
+    }
+}
+
+/// A size-limited tmpfs, unmounted when dropped (mounting needs root, as in CI).
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "cannot mount a tmpfs (this test needs root): {st:?}");
+        Tmpfs(dir)
+    }
+    fn resize(&self, size: &str) {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(self.0.path())
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "remount: {st:?}");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// Issue 6, item 5: a full disk during a write answers that write with a JSON 5xx, leaves nothing
+/// partial, and reads go on; once space is back, a restart shows every acknowledged write and
+/// none of the failed ones.
+#[test]
+// Today's store fails it either way: after ENOSPC reads answer 500, or the deposit answered 500
+// is visible in the total.
+#[ignore = "fails with the storage of today (see above); enable with storage v2 (issue 6)"]
+fn full_disk_fails_the_write_whole_and_reads_go_on() {
+    let fs = Tmpfs::mount("3m");
+    let data = fs.0.path().join("data");
+    let p = spawn(&data);
+    let tok = sign("full");
+    let v =
+        write_ok(p.addr, &tok, "/register", json!({"user_id": "full", "initial_balance": money(INITIAL)}));
+    let main = v["uuid"].as_str().expect("uuid").to_string();
+    for name in ["A", "B"] {
+        write_ok(
+            p.addr,
+            &tok,
+            "/add_sub_account",
+            json!({"parent_uuid": main, "name": name, "allocation": 0.5}),
+        );
+    }
+    let channel = "c".repeat(256);
+    let deposit = |addr, id: &str| {
+        let body = json!({"uuid": main, "amount": "1.01", "channel": channel, "transaction_number": id});
+        call(addr, "POST", "/deposit", &tok, Some(&body)).expect("an answer")
+    };
+    let mut acked = 0i64;
+    let (status, err) = loop {
+        let (st, v) = deposit(p.addr, &format!("F{acked}"));
+        if st != 200 {
+            break (st, v);
+        }
+        acked += 1;
+        assert!(acked < 1_000_000, "the disk never filled");
+    };
+    assert!((500..600).contains(&status) && err["success"] == json!(false), "{status} {err}");
+    assert_eq!(err["status"], json!(status), "{err}");
+    let total =
+        |addr| cents(&read(addr, &tok, &format!("/compute_total_balance?uuid={main}"))["total_balance"]);
+    let expected = INITIAL + 101 * acked;
+    // Reads go on, and show nothing of the failed write.
+    assert_eq!(total(p.addr), expected, "after {acked} deposits and a full disk");
+    let ids = |addr| -> HashSet<String> {
+        log(addr, &tok, &main).iter().filter_map(|t| t["TransactionID"].as_str().map(String::from)).collect()
+    };
+    assert!(!ids(p.addr).contains(&format!("F{acked}")), "the failed deposit is visible");
+    let (st, v) = deposit(p.addr, "G");
+    assert!((500..600).contains(&st), "a second write on a full disk: {st} {v}");
+    // Space comes back; a restart keeps every acknowledged write and none of the failed ones.
+    fs.resize("64m");
+    drop(p);
+    let p = spawn(&data);
+    assert_eq!(total(p.addr), expected, "after a restart");
+    let seen = ids(p.addr);
+    assert!((0..acked).all(|i| seen.contains(&format!("F{i}"))), "an acknowledged deposit is lost");
+    assert!(!seen.contains(&format!("F{acked}")) && !seen.contains("G"), "a failed deposit was applied");
+    assert_eq!(deposit(p.addr, "H").0, 200, "writes work again");
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        let dest = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).expect("copy");
+        }
+    }
+}
+
+fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("read_dir") {
+        let e = e.expect("entry");
+        if e.file_type().expect("type").is_dir() {
+            files(&e.path(), out);
+        } else {
+            out.push(e.path());
+        }
+    }
+}
+
+/// Issue 6, item 5: one flipped byte anywhere in the data directory either leaves every
+/// acknowledged write intact (it hit unused space, or the engine repairs it from a second copy)
+/// or makes pfm refuse to start with a message naming the file (its path inside the data
+/// directory; the offset is not checked here, as only the engine knows its records); it never
+/// drops acknowledged writes silently. Bytes are picked among the non-zero ones, where the records
+/// are.
+#[test]
+// With sled 0.34 as the store a flip inside a record is silently dropped with the writes after it.
+#[ignore = "fails with the storage of today (see above); enable with storage v2 (issue 6)"]
+fn a_flipped_byte_refuses_to_start_or_loses_nothing() {
+    let seed: u64 = std::env::var("PFM_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64)
+    });
+    eprintln!("PFM_CRASH_SEED={seed}");
+    let mut rng = Rng(seed | 1);
+    let root = tempfile::tempdir().expect("tempdir");
+    let pristine = root.path().join("pristine");
+    let p = spawn(&pristine);
+    let tok = sign("flip");
+    let v =
+        write_ok(p.addr, &tok, "/register", json!({"user_id": "flip", "initial_balance": money(INITIAL)}));
+    let main = v["uuid"].as_str().expect("uuid").to_string();
+    for name in ["A", "B"] {
+        write_ok(
+            p.addr,
+            &tok,
+            "/add_sub_account",
+            json!({"parent_uuid": main, "name": name, "allocation": 0.5}),
+        );
+    }
+    let n = 300;
+    for i in 0..n {
+        let body =
+            json!({"uuid": main, "amount": "1.01", "channel": "flip", "transaction_number": format!("F{i}")});
+        write_ok(p.addr, &tok, "/deposit", body);
+    }
+    drop(p); // kill -9: whatever was acknowledged is all there is
+    for trial in 0..8 {
+        let dir = root.path().join(format!("t{trial}"));
+        copy_dir(&pristine, &dir);
+        let mut candidates = Vec::new();
+        files(&dir, &mut candidates);
+        candidates.sort();
+        let (file, offset) = loop {
+            let f = &candidates[rng.below(candidates.len() as u64) as usize];
+            let bytes = std::fs::read(f).expect("read");
+            let nonzero: Vec<usize> = (0..bytes.len()).filter(|&i| bytes[i] != 0).collect();
+            if !nonzero.is_empty() {
+                break (f.clone(), nonzero[rng.below(nonzero.len() as u64) as usize]);
+            }
+        };
+        let mut bytes = std::fs::read(&file).expect("read");
+        bytes[offset] ^= 1 << rng.below(8);
+        std::fs::write(&file, &bytes).expect("write");
+        let what = format!("trial {trial}: byte {offset} of {} flipped (seed {seed})", file.display());
+        match try_spawn(&dir) {
+            Err(NoStart { status, log: text }) => {
+                assert!(status.is_some_and(|s| !s.success()), "{what}: {status:?}");
+                // The file's path inside the data directory (an absolute path contains it too).
+                let name = file.strip_prefix(&dir).expect("inside").to_str().expect("utf-8 path");
+                assert!(text.contains(name), "{what}: refused without naming {name}:\n{text}");
+                eprintln!("{what}: refused to start");
+            }
+            Ok(p) => {
+                let seen: HashSet<String> = log(p.addr, &tok, &main)
+                    .iter()
+                    .filter_map(|t| t["TransactionID"].as_str().map(String::from))
+                    .collect();
+                let lost: Vec<String> =
+                    (0..n).map(|i| format!("F{i}")).filter(|id| !seen.contains(id)).collect();
+                assert!(
+                    lost.is_empty(),
+                    "{what}: started, but {} acknowledged deposits are gone",
+                    lost.len()
+                );
+                let total = cents(
+                    &read(p.addr, &tok, &format!("/compute_total_balance?uuid={main}"))["total_balance"],
+                );
+                assert_eq!(total, INITIAL + 101 * n as i64, "{what}: started, money changed");
+                eprintln!("{what}: started, everything intact");
+            }
         }
     }
 }
