@@ -547,9 +547,6 @@ impl Drop for Tmpfs {
 /// partial, and reads go on; once space is back, a restart shows every acknowledged write and
 /// none of the failed ones.
 #[test]
-// Today's store fails it either way: after ENOSPC reads answer 500, or the deposit answered 500
-// is visible in the total.
-#[ignore = "fails with the storage of today (see above); enable with storage v2 (issue 6)"]
 fn full_disk_fails_the_write_whole_and_reads_go_on() {
     let fs = Tmpfs::mount("3m");
     let data = fs.0.path().join("data");
@@ -635,8 +632,6 @@ fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
 /// drops acknowledged writes silently. Bytes are picked among the non-zero ones, where the records
 /// are.
 #[test]
-// With sled 0.34 as the store a flip inside a record is silently dropped with the writes after it.
-#[ignore = "fails with the storage of today (see above); enable with storage v2 (issue 6)"]
 fn a_flipped_byte_refuses_to_start_or_loses_nothing() {
     let seed: u64 = std::env::var("PFM_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64)

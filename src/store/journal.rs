@@ -354,6 +354,17 @@ impl Drop for JournalStore {
 /// (the applier recovering sled), the files are only read: the last one may be mid-append.
 fn replay(sled: &SledStore, jdir: &Path, at_start: bool) -> Result<u64, StoreError> {
     let applied = sled.applied_seq()?;
+    // Journal segments are deleted once a sled flush holds them; the marker says how far that
+    // was. sled holding less means it lost flushed writes (its recovery stops at a damaged
+    // record), which the journal can no longer restore.
+    let marked = read_checkpoint(jdir)?;
+    if applied < marked {
+        let db = jdir.parent().unwrap_or(jdir).join("db");
+        return Err(super::sled_store::damaged(
+            &db,
+            &format!("it holds writes up to journal record {applied}, but records up to {marked} were flushed to it"),
+        ));
+    }
     let mut segs: Vec<PathBuf> = std::fs::read_dir(jdir)
         .map_err(|e| io(jdir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -391,6 +402,7 @@ fn replay(sled: &SledStore, jdir: &Path, at_start: bool) -> Result<u64, StoreErr
     if !at_start {
         return Ok(last);
     }
+    write_checkpoint(jdir, sled.applied_seq()?)?;
     for path in &segs {
         std::fs::remove_file(path).map_err(|e| io(path, e))?;
     }
@@ -621,6 +633,43 @@ fn apply_or_recover(shared: &Shared, op: &Op, seq: u64, applied: &mut u64) {
     }
 }
 
+const CHECKPOINT_FILE: &str = "checkpoint";
+
+/// The journal record number the last completed checkpoint flushed into sled (0 if none).
+fn read_checkpoint(jdir: &Path) -> Result<u64, StoreError> {
+    let path = jdir.join(CHECKPOINT_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => {
+            let arr: [u8; 12] = b.as_slice().try_into().map_err(|_| {
+                StoreError::Corrupt(format!("{} is damaged (length {})", path.display(), b.len()))
+            })?;
+            let (seq, crc) = arr.split_at(8);
+            if crc32fast::hash(seq).to_le_bytes() != crc {
+                return Err(StoreError::Corrupt(format!(
+                    "{} is damaged (checksum mismatch)",
+                    path.display()
+                )));
+            }
+            let mut x = [0u8; 8];
+            x.copy_from_slice(seq);
+            Ok(u64::from_le_bytes(x))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(io(&path, e)),
+    }
+}
+
+/// Records that sled holds every record up to `seq` (written aside, synced, then renamed).
+fn write_checkpoint(jdir: &Path, seq: u64) -> Result<(), StoreError> {
+    let tmp = jdir.join("checkpoint.tmp");
+    let mut b = seq.to_le_bytes().to_vec();
+    b.extend_from_slice(&crc32fast::hash(&seq.to_le_bytes()).to_le_bytes());
+    let mut f = File::create(&tmp).map_err(|e| io(&tmp, e))?;
+    f.write_all(&b).and_then(|_| f.sync_all()).map_err(|e| io(&tmp, e))?;
+    std::fs::rename(&tmp, jdir.join(CHECKPOINT_FILE)).map_err(|e| io(&tmp, e))?;
+    sync_dir(jdir)
+}
+
 /// Flushes sled, then deletes every closed segment whose records that flush covers.
 fn checkpoint(shared: &Shared) {
     let covered = shared.processed.load(Ordering::Acquire);
@@ -630,6 +679,11 @@ fn checkpoint(shared: &Shared) {
     };
     if let Err(e) = flushed {
         tracing::error!(error = %e, "sled flush failed; keeping the journal");
+        return;
+    }
+    // The marker goes first: a segment is deleted only once the marker says sled holds it.
+    if let Err(e) = write_checkpoint(&shared.dir, covered) {
+        tracing::error!(error = %e, "could not record the checkpoint; keeping the journal");
         return;
     }
     let mut segs = shared.segments.lock();

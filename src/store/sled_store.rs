@@ -17,6 +17,19 @@ pub struct SledStore {
     db: sled::Db,
 }
 
+/// Storage that cannot be opened or lost writes it once held: refuse to start, naming its files.
+pub fn damaged(path: &Path, what: &str) -> StoreError {
+    let mut files: Vec<String> = std::fs::read_dir(path)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path().display().to_string()).collect())
+        .unwrap_or_default();
+    files.sort();
+    StoreError::Corrupt(format!(
+        "storage in {} is damaged ({what}); files: {}; refusing to start rather than drop acknowledged writes",
+        path.display(),
+        files.join(", ")
+    ))
+}
+
 fn eng(e: sled::Error) -> StoreError {
     StoreError::Engine(e.to_string())
 }
@@ -26,7 +39,21 @@ impl SledStore {
     /// refusing a newer one.
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
         let path = dir.join("db");
-        let db = sled::Config::new().path(&path).open().map_err(eng)?;
+        // sled 0.34 may panic on a damaged file instead of answering an error; either way the
+        // message names the files, so an operator knows what to restore.
+        let opened =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sled::Config::new().path(&path).open()));
+        let db = match opened {
+            Ok(Ok(db)) => db,
+            Ok(Err(sled::Error::Io(e))) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(StoreError::Engine(format!(
+                    "{} is in use by another process: {e}",
+                    path.display()
+                )))
+            }
+            Ok(Err(e)) => return Err(damaged(&path, &e.to_string())),
+            Err(_) => return Err(damaged(&path, "sled panicked while opening it")),
+        };
         let store = SledStore { db };
         store.check_format(&path)?;
         Ok(store)
