@@ -6,6 +6,11 @@ use clap::Parser;
 use pfm::clock::SystemClock;
 use pfm::config::Config;
 
+// sled and the request path allocate a lot, and the journal and applier threads free what the
+// async workers allocated; mimalloc handles both far better than the system allocator.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cfg = Config::parse();

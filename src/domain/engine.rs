@@ -119,7 +119,8 @@ impl<'a> Ctx<'a> {
         let mut main_txids = Vec::new();
         for (acc, rec) in self.records {
             let Some(seq) = next_seq.get_mut(&acc) else { continue };
-            if acc == t.root {
+            // A split's debit of main carries the credit's id: index each id once.
+            if acc == t.root && !main_txids.contains(&rec.id) {
                 main_txids.push(rec.id.clone());
             }
             records.push((acc, *seq, rec));

@@ -539,11 +539,11 @@ fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>) {
             Err(RecvTimeoutError::Disconnected) => break,
         };
         if let Some(h) = h {
-            for (seq, op) in &h.durable {
-                // A recovery may already have replayed this record from the journal files.
-                if *seq > applied {
-                    apply_or_recover(&shared, op, *seq, &mut applied);
-                }
+            // A recovery may already have replayed some of these from the journal files.
+            let fresh: Vec<(u64, &Op)> =
+                h.durable.iter().filter(|(seq, _)| *seq > applied).map(|(s, o)| (*s, o)).collect();
+            if !fresh.is_empty() {
+                apply_or_recover(&shared, &fresh, &mut applied);
             }
             forget_txids(&shared, h.durable.iter().map(|(_, op)| op).chain(h.failed.iter()));
             shared.processed.store(h.last_seq, Ordering::Release);
@@ -586,15 +586,16 @@ fn forget_txids<'a>(shared: &Shared, ops: impl Iterator<Item = &'a Op>) {
     }
 }
 
-/// Applies one durable record to sled. If sled fails (a full disk makes sled 0.34 refuse every
+/// Applies durable records to sled. If sled fails (a full disk makes sled 0.34 refuse every
 /// later operation), the record stays durable in the journal: the applier keeps retrying, each
 /// time reopening sled and replaying the journal files into it, and storage reads wait (and
 /// time out) meanwhile rather than miss an acknowledged write.
-fn apply_or_recover(shared: &Shared, op: &Op, seq: u64, applied: &mut u64) {
+fn apply_or_recover(shared: &Shared, ops: &[(u64, &Op)], applied: &mut u64) {
     let mut pause = Duration::from_millis(10);
+    let seq = ops.last().map_or(*applied, |(s, _)| *s);
     loop {
         let res = match shared.sled.read().as_ref() {
-            Some(s) => s.apply(op, seq),
+            Some(s) => s.apply_group(ops),
             None => Err(StoreError::Engine("storage is reopening".into())),
         };
         match res {

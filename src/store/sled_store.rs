@@ -41,8 +41,15 @@ impl SledStore {
         let path = dir.join("db");
         // sled 0.34 may panic on a damaged file instead of answering an error; either way the
         // message names the files, so an operator knows what to restore.
-        let opened =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sled::Config::new().path(&path).open()));
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            sled::Config::new()
+                .path(&path)
+                // The journal is the durability point: sled is flushed at checkpoints only,
+                // not every 500 ms on its own.
+                .flush_every_ms(None)
+                .mode(sled::Mode::HighThroughput)
+                .open()
+        }));
         let db = match opened {
             Ok(Ok(db)) => db,
             Ok(Err(sled::Error::Io(e))) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -121,9 +128,40 @@ impl SledStore {
 
     /// Applies `op` (journal record `seq`) atomically, without flushing.
     pub fn apply(&self, op: &Op, seq: u64) -> Result<(), StoreError> {
-        let mut b = self.batch(op)?;
-        b.insert(codec::META_APPLIED, &seq.to_be_bytes());
-        self.db.apply_batch(b).map_err(eng)
+        self.apply_group(&[(seq, op)])
+    }
+
+    /// Applies consecutive journal records as few atomic batches as possible, each carrying the
+    /// last sequence number it holds. An operation that finds rows to delete by listing them
+    /// (a user deletion, removed accounts) goes alone, after what precedes it is applied, so its
+    /// listing sees every earlier row.
+    pub fn apply_group(&self, ops: &[(u64, &Op)]) -> Result<(), StoreError> {
+        let mut b = sled::Batch::default();
+        let mut last = None;
+        for (seq, op) in ops {
+            let lists = match op {
+                Op::DeleteUser { .. } => true,
+                Op::Commit { change, .. } => !change.removed.is_empty(),
+            };
+            if lists {
+                if let Some(l) = last.take() {
+                    b.insert(codec::META_APPLIED, &u64::to_be_bytes(l));
+                    self.db.apply_batch(std::mem::take(&mut b)).map_err(eng)?;
+                }
+                let mut one = sled::Batch::default();
+                self.rows_into(&mut one, op)?;
+                one.insert(codec::META_APPLIED, &seq.to_be_bytes());
+                self.db.apply_batch(one).map_err(eng)?;
+            } else {
+                self.rows_into(&mut b, op)?;
+                last = Some(*seq);
+            }
+        }
+        if let Some(l) = last {
+            b.insert(codec::META_APPLIED, &u64::to_be_bytes(l));
+            self.db.apply_batch(b).map_err(eng)?;
+        }
+        Ok(())
     }
 
     /// Makes everything applied so far durable in sled.
@@ -189,13 +227,12 @@ impl SledStore {
         Ok(Some((user, tree)))
     }
 
-    /// The rows of `op`, as one sled batch.
-    fn batch(&self, op: &Op) -> Result<sled::Batch, StoreError> {
-        let mut b = sled::Batch::default();
+    /// Adds the rows of `op` to `b`.
+    fn rows_into(&self, b: &mut sled::Batch, op: &Op) -> Result<(), StoreError> {
         match op {
             Op::Commit { user, change } => {
                 b.insert(codec::user_key(&user.user_id), encode(user)?);
-                self.change_rows(&mut b, user.user_no, change)?;
+                self.change_rows(b, user.user_no, change)?;
             }
             Op::DeleteUser { user } => {
                 b.remove(codec::user_key(&user.user_id));
@@ -206,7 +243,7 @@ impl SledStore {
                 }
             }
         }
-        Ok(b)
+        Ok(())
     }
 
     fn change_rows(&self, b: &mut sled::Batch, no: u64, c: &Change) -> Result<(), StoreError> {
