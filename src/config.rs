@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::builder::BoolishValueParser;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug, Clone)]
 #[command(name = "pfm", version, about = "pfm: personal finance manager service (HTTP + JSON)")]
@@ -40,6 +40,25 @@ pub struct Config {
     /// Enable CORS for this origin (or *)
     #[arg(long, env = "CORS_ALLOW_ORIGIN")]
     pub cors_allow_origin: Option<String>,
+    /// PostgreSQL database shared by every node (postgres://user@host:port/db); when unset,
+    /// the embedded engine under the data directory
+    #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Copy every user, tree and log from one engine to another, then compare both sides
+    Migrate {
+        /// Source: a data directory or a postgres:// URL
+        #[arg(long)]
+        from: String,
+        /// Target (must hold no user): a data directory or a postgres:// URL
+        #[arg(long)]
+        to: String,
+    },
 }
 
 impl Config {
@@ -56,6 +75,8 @@ impl Config {
             token_endpoint_enabled: false,
             trust_proxy: false,
             cors_allow_origin: None,
+            database_url: None,
+            command: None,
         }
     }
 }

@@ -61,7 +61,13 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         root,
         ledger: tree.ledger.clone(),
     };
-    guard.create(user, tree).await?;
+    guard.create(user, tree).await.map_err(|e| match e {
+        // Only a shared engine refuses here: another node registered this id meanwhile.
+        crate::store::StoreError::UserExists => {
+            ApiError::new(409, "Account creation Failed: User already exists")
+        }
+        e => e.into(),
+    })?;
     Ok(Obj::new().str("user_id", &user_id).str("uuid", &crate::domain::tree::fmt_uuid(root)))
 }
 
