@@ -54,7 +54,7 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let tree = Tree::new_user(root, initial);
     let user = UserRecord {
         user_id: user_id.clone(),
-        user_no: app.users.store.new_user_no().await?,
+        user_no: guard.new_user_no().await?,
         password_hash,
         role: "user".into(),
         created_at: rq.now(),

@@ -108,6 +108,8 @@ pub trait WriteTxn: Send + Sync {
     fn load_user<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Loaded>, StoreError>>;
     /// Whether `id` is in the main account's log, as this transaction sees it.
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// A user number never used before, on this transaction's connection.
+    fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
     /// Writes `op` and commits; resolves with the user's new version once durable. On error
     /// the outcome may be unknown (a connection lost during COMMIT).
     fn commit(self: Box<Self>, op: Op) -> BoxFuture<'static, Result<u64, StoreError>>;

@@ -321,6 +321,12 @@ async fn txid_exists(c: &ClientWrapper, user_no: u64, id: &str) -> Result<bool, 
     Ok(c.query_opt(&st, &[&signed(user_no)?, &id]).await.map_err(pg_err)?.is_some())
 }
 
+/// Sequences are not transactional: a number taken by a write that rolls back is never reused.
+async fn next_user_no(c: &ClientWrapper) -> Result<u64, StoreError> {
+    let st = c.prepare_cached("SELECT nextval('user_nos')").await.map_err(pg_err)?;
+    unsigned(col(&c.query_one(&st, &[]).await.map_err(pg_err)?, 0)?)
+}
+
 /// Writes the rows of `op` in the current transaction; returns the user's new version.
 async fn apply(c: &ClientWrapper, op: &Op) -> Result<u64, StoreError> {
     match op {
@@ -487,6 +493,10 @@ impl WriteTxn for PgWrite {
         Box::pin(async move { txid_exists(self.txn.c()?, user_no, id).await })
     }
 
+    fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move { next_user_no(self.txn.c()?).await })
+    }
+
     fn commit(self: Box<Self>, op: Op) -> BoxFuture<'static, Result<u64, StoreError>> {
         Box::pin(async move {
             let version = apply(self.txn.c()?, &op).await?;
@@ -579,11 +589,7 @@ impl Store for PgStore {
     }
 
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let c = self.conn().await?;
-            let row = c.query_one("SELECT nextval('user_nos')", &[]).await.map_err(pg_err)?;
-            unsigned(col(&row, 0)?)
-        })
+        Box::pin(async move { next_user_no(&*self.conn().await?).await })
     }
 
     /// Commits `op` in a transaction of its own (writes of the service go through

@@ -334,6 +334,15 @@ impl WriteGuard<'_> {
         Ok(())
     }
 
+    /// A user number never used before (for [`WriteGuard::create`]); on a shared engine, taken
+    /// on the write's own connection, so a registration never waits for a second one.
+    pub async fn new_user_no(&self) -> Result<u64, StoreError> {
+        match &self.txn {
+            Some(txn) => txn.new_user_no().await,
+            None => self.users.store.new_user_no().await,
+        }
+    }
+
     /// Whether `id` is already in the main account's log (the /deposit 409 check).
     pub async fn main_txid_exists(&self, id: &str) -> Result<bool, StoreError> {
         match (&self.current, &self.txn) {
