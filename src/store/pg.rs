@@ -435,14 +435,16 @@ async fn change_rows(c: &ClientWrapper, no: i64, root: AccountId, ch: &Change) -
         c.execute(&st, &[&no, &ids, &days, &bodies]).await.map_err(pg_err)?;
     }
     if !ch.main_txids.is_empty() {
-        // Ids credited to the main account by this change (deposits) must be new: the unique
-        // key refuses a second deposit with the same id, whichever node sends it. Other ids of
-        // the main log (withdrawals, splits reusing a deposit's id) may repeat, as on sled.
+        // A deposit into the main account posts its credit there first; that id must be new:
+        // the unique key refuses a second deposit with the same id, whichever node sends it.
+        // Other ids of the main log (splits and surplus returns reusing a deposit's id, ids of
+        // withdrawals) may repeat, as on the embedded engine.
         let credited: BTreeSet<&str> = ch
             .records
-            .iter()
-            .filter(|(a, _, r)| *a == root && r.deposit && ch.main_txids.contains(&r.id))
+            .first()
+            .filter(|(a, _, r)| *a == root && r.deposit)
             .map(|(_, _, r)| r.id.as_str())
+            .into_iter()
             .collect();
         let others: BTreeSet<&str> =
             ch.main_txids.iter().map(String::as_str).filter(|id| !credited.contains(id)).collect();

@@ -191,9 +191,16 @@ impl Users {
             Some(_) => self.checked(user_id, sh.load_versioned(user_id).await?)?,
             None => None,
         };
-        // Any state of a given version is that version's state, so the latest load simply
-        // replaces the cached one; the next request checks the version again anyway.
-        *slot.state.write() = Some(s.clone());
+        // Any state of a given version is that version's state; keep the newer of this load and
+        // what a writer of this node may have published meanwhile.
+        let mut st = slot.state.write();
+        let newer = match (&*st, &s) {
+            (Some(Some(c)), Some(n)) => (n.user.user_no, n.version) >= (c.user.user_no, c.version),
+            _ => true,
+        };
+        if newer {
+            *st = Some(s.clone());
+        }
         Ok(s)
     }
 
