@@ -8,7 +8,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -103,12 +103,22 @@ fn the_unique_key_refuses_a_second_deposit_id_whatever_the_cache_says() {
         .fails(409, "Deposit failed: This deposit has already been made. Transaction ID:Z1");
 }
 
-/// A TCP proxy in front of PostgreSQL that can cut every connection and refuse new ones.
+/// A TCP proxy in front of PostgreSQL that can cut every connection and refuse new ones, or
+/// cut the connection that sends the next COMMIT, before or after passing it on.
 struct Proxy {
     addr: SocketAddr,
     up: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
+    on_commit: Arc<AtomicU8>,
 }
+
+const PASS: u8 = 0;
+/// The database commits, the node never hears back.
+const COMMIT_THEN_CUT: u8 = 1;
+/// The COMMIT never reaches the database (it rolls back when the connection drops).
+const CUT_BEFORE_COMMIT: u8 = 2;
+/// The simple-query message `COMMIT`.
+const COMMIT_MSG: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
 
 impl Proxy {
     fn start(target: SocketAddr) -> Proxy {
@@ -116,7 +126,8 @@ impl Proxy {
         let addr = l.local_addr().expect("addr");
         let up = Arc::new(AtomicBool::new(true));
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (up2, open2) = (up.clone(), open.clone());
+        let on_commit = Arc::new(AtomicU8::new(PASS));
+        let (up2, open2, oc) = (up.clone(), open.clone(), on_commit.clone());
         std::thread::spawn(move || {
             for c in l.incoming() {
                 let Ok(c) = c else { continue };
@@ -126,25 +137,44 @@ impl Proxy {
                 }
                 let Ok(s) = TcpStream::connect(target) else { continue };
                 let mut list = open2.lock().expect("lock");
-                for (mut from, mut to) in [(c.try_clone(), s.try_clone()), (s.try_clone(), c.try_clone())]
-                    .into_iter()
-                    .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
+                // Set once this connection's answers must be lost.
+                let mute = Arc::new(AtomicBool::new(false));
+                for (upstream, (mut from, mut to)) in
+                    [(true, (c.try_clone(), s.try_clone())), (false, (s.try_clone(), c.try_clone()))]
+                        .into_iter()
+                        .filter_map(|(u, (a, b))| Some((u, (a.ok()?, b.ok()?))))
                 {
+                    let (oc, mute) = (oc.clone(), mute.clone());
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16384];
                         while let Ok(n) = from.read(&mut buf) {
+                            let commit =
+                                upstream && buf[..n].windows(COMMIT_MSG.len()).any(|w| w == COMMIT_MSG);
+                            let mode = if commit { oc.swap(PASS, Ordering::SeqCst) } else { PASS };
+                            if mode == CUT_BEFORE_COMMIT || (!upstream && mute.load(Ordering::SeqCst)) {
+                                break;
+                            }
+                            if mode == COMMIT_THEN_CUT {
+                                mute.store(true, Ordering::SeqCst);
+                            }
                             if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                            if mode == COMMIT_THEN_CUT {
+                                // Let the database commit, then lose the answer.
+                                std::thread::sleep(Duration::from_millis(300));
                                 break;
                             }
                         }
                         let _ = to.shutdown(Shutdown::Both);
+                        let _ = from.shutdown(Shutdown::Both);
                     });
                 }
                 list.push(c);
                 list.push(s);
             }
         });
-        Proxy { addr, up, open }
+        Proxy { addr, up, open, on_commit }
     }
 
     /// The database is gone: every connection is cut, new ones are refused.
@@ -160,9 +190,8 @@ impl Proxy {
     }
 }
 
-#[test]
-fn a_lost_database_answers_503_in_the_envelope_and_service_resumes_by_itself() {
-    let Some(db) = database("lost database") else { return };
+/// A node whose database sits behind a proxy: (proxy, server).
+fn behind_proxy(db: &str) -> (Proxy, Srv) {
     // postgres://user@127.0.0.1:PORT/name -> the same through the proxy.
     let (head, name) = db.rsplit_once('/').expect("db url");
     let (user_host, port) = head.rsplit_once(':').expect("port");
@@ -170,6 +199,43 @@ fn a_lost_database_answers_503_in_the_envelope_and_service_resumes_by_itself() {
     let proxy = Proxy::start(target);
     let via = format!("{user_host}:{}/{name}", proxy.addr.port());
     let s = Srv::start_with(|c| c.database_url = Some(via));
+    (proxy, s)
+}
+
+#[test]
+fn a_connection_lost_during_commit_answers_5xx_and_later_requests_see_what_the_database_holds() {
+    let Some(db) = database("lost commit") else { return };
+    let (proxy, s) = behind_proxy(&db);
+    let (tok, main) = s.user("u1", "0");
+    s.deposit(&tok, &main, "10").ok();
+    let dep = |id: &str, amount: u32| {
+        s.post(
+            &tok,
+            "/deposit",
+            json!({"uuid": main, "amount": amount, "channel": "c", "transaction_number": id}),
+        )
+    };
+    // Committed, but the answer was lost: the node cannot know, and says so.
+    proxy.on_commit.store(COMMIT_THEN_CUT, Ordering::SeqCst);
+    let r = dep("C1", 5);
+    assert!(r.status == 503 || r.status == 500, "{}", r.text);
+    assert_eq!(s.balance(&tok, &main), "15");
+    dep("C1", 5).fails(409, "Deposit failed: This deposit has already been made. Transaction ID:C1");
+    // Never committed: nothing of it shows, and a resend succeeds.
+    proxy.on_commit.store(CUT_BEFORE_COMMIT, Ordering::SeqCst);
+    let r = dep("C2", 7);
+    assert!(r.status == 503 || r.status == 500, "{}", r.text);
+    assert_eq!(proxy.on_commit.load(Ordering::SeqCst), PASS, "the proxy saw the COMMIT");
+    assert_eq!(s.balance(&tok, &main), "15");
+    dep("C2", 7).ok();
+    assert_eq!(s.balance(&tok, &main), "22");
+    assert_eq!(s.txs(&tok, &main).len(), 3);
+}
+
+#[test]
+fn a_lost_database_answers_503_in_the_envelope_and_service_resumes_by_itself() {
+    let Some(db) = database("lost database") else { return };
+    let (proxy, s) = behind_proxy(&db);
     let (tok, main) = s.user("u1", "0");
     s.deposit(&tok, &main, "10").ok();
     proxy.cut();
