@@ -218,10 +218,13 @@ impl Users {
     /// Takes the user's write lock (FIFO), loading the state if needed.
     pub async fn lock(&self, user_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let slot = self.slot(user_id);
+        let started = std::time::Instant::now();
         let lock = self.take_lock(&slot).await?;
         if let Some(sh) = self.store.shared() {
+            // One limit for both waits: this node's writers, then other nodes' (the row lock).
             let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
-            let txn = sh.begin_write(user_id, wait).await?;
+            let left = wait.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+            let txn = sh.begin_write(user_id, left).await?;
             let cached = slot.state.read().clone();
             let current = if fresh(&cached, txn.locked()) {
                 cached.flatten()
