@@ -1,5 +1,6 @@
-//! Persistence: the `Store` trait (sled is the default engine), the key and value encoding, and
-//! the per-user cache that serialises writers and hands readers consistent snapshots.
+//! Persistence: the `Store` trait (the embedded journal + sled engine is the default; PostgreSQL,
+//! [`pg`], serves several nodes), the key and value encoding, and the per-user cache that
+//! serialises writers and hands readers consistent snapshots.
 
 mod codec;
 pub mod journal;
