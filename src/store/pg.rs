@@ -253,15 +253,30 @@ impl Txn {
 impl Drop for Txn {
     fn drop(&mut self) {
         let Some(obj) = self.obj.take() else { return };
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(async move {
-                    if obj.batch_execute("ROLLBACK").await.is_err() {
-                        let _ = Object::take(obj);
-                    }
-                });
-            }
-            Err(_) => drop(Object::take(obj)),
+        let mut dirty = Dirty(Some(obj));
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                let rolled_back = match dirty.0.as_deref() {
+                    Some(c) => c.batch_execute("ROLLBACK").await.is_ok(),
+                    None => false,
+                };
+                if rolled_back {
+                    // Clean again: back to the pool.
+                    dirty.0.take();
+                }
+            });
+        }
+    }
+}
+
+/// A connection that may still be inside a transaction: unless taken back out, it is closed
+/// when dropped (never returned to the pool), even if its rollback task never ran.
+struct Dirty(Option<Object>);
+
+impl Drop for Dirty {
+    fn drop(&mut self) {
+        if let Some(obj) = self.0.take() {
+            drop(Object::take(obj));
         }
     }
 }
