@@ -56,9 +56,25 @@ fn describe(cfg: &tokio_postgres::Config) -> String {
     format!("{host}:{port}/{}", cfg.get_dbname().unwrap_or("(default database)"))
 }
 
+/// An error with its causes ("error connecting to server: Connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.ends_with(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
 /// Maps a database error: lock waits, lost connections and a server going away have their own
 /// kinds; the rest is an engine error.
 fn pg_err(e: tokio_postgres::Error) -> StoreError {
+    let text = chain(&e);
     match e.code() {
         Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => StoreError::LockTimeout,
         Some(c)
@@ -67,11 +83,11 @@ fn pg_err(e: tokio_postgres::Error) -> StoreError {
                 || *c == SqlState::CANNOT_CONNECT_NOW
                 || *c == SqlState::TOO_MANY_CONNECTIONS =>
         {
-            StoreError::Unavailable(e.to_string())
+            StoreError::Unavailable(text)
         }
-        Some(_) => StoreError::Engine(format!("database: {e}")),
+        Some(_) => StoreError::Engine(format!("database: {text}")),
         // No SQLSTATE: the connection itself failed (closed, reset, timed out).
-        None => StoreError::Unavailable(e.to_string()),
+        None => StoreError::Unavailable(text),
     }
 }
 
@@ -130,6 +146,7 @@ impl PgStore {
             StoreError::Unavailable(m) => {
                 StoreError::Unavailable(format!("cannot reach the database at {where_}: {m}"))
             }
+            StoreError::Engine(m) => StoreError::Engine(format!("cannot use the database at {where_}: {m}")),
             other => other,
         })?;
         let mgr = Manager::from_config(cfg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
