@@ -9,14 +9,16 @@ use crate::auth::password::Passwords;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::store::journal::JournalStore;
+use crate::store::pg::PgStore;
 use crate::store::users::Users;
+use crate::store::Store;
 
 pub struct App {
     pub cfg: Config,
     pub clock: Arc<dyn Clock>,
     pub users: Users,
-    /// The embedded engine itself (its test hooks), also behind `users`.
-    pub journal: Arc<JournalStore>,
+    /// The embedded engine itself (its test hooks), also behind `users`; `None` on PostgreSQL.
+    pub journal: Option<Arc<JournalStore>>,
     pub jwt: Jwt,
     pub passwords: Passwords,
     pub user_limiter: RateLimiter,
@@ -57,20 +59,32 @@ impl App {
         cfg: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<App>, Box<dyn std::error::Error + Send + Sync>> {
-        std::fs::create_dir_all(&cfg.data_dir)?;
-        let secret = match cfg.jwt_secret.as_deref() {
-            Some(s) if !s.is_empty() => {
+        // Several nodes share the PostgreSQL engine, and with it a generated token secret.
+        let (store, journal, generated): (Arc<dyn Store>, _, Option<String>) = match &cfg.database_url {
+            Some(url) => {
+                let pg = PgStore::open(url)?;
+                let secret = pg.jwt_secret().to_string();
+                (Arc::new(pg), None, Some(secret))
+            }
+            None => {
+                std::fs::create_dir_all(&cfg.data_dir)?;
+                let j = Arc::new(JournalStore::open(&cfg.data_dir)?);
+                (j.clone(), Some(j), None)
+            }
+        };
+        let secret = match (cfg.jwt_secret.as_deref(), generated) {
+            (Some(s), _) if !s.is_empty() => {
                 if s.len() < 32 {
                     tracing::warn!("JWT_SECRET is shorter than 32 bytes");
                 }
                 s.to_string()
             }
+            (_, Some(g)) => g,
             _ => stored_secret(&cfg.data_dir)?,
         };
-        let store = Arc::new(JournalStore::open(&cfg.data_dir)?);
         Ok(Arc::new(App {
-            users: Users::new(store.clone()),
-            journal: store,
+            users: Users::new(store),
+            journal,
             jwt: Jwt::with_cache(secret.as_bytes(), cfg.max_tracked_keys),
             passwords: Passwords::default(),
             user_limiter: RateLimiter::with_capacity(cfg.max_requests, cfg.window_size, cfg.max_tracked_keys),

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::builder::BoolishValueParser;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug, Clone)]
 #[command(name = "pfm", version, about = "pfm: personal finance manager service (HTTP + JSON)")]
@@ -57,6 +57,12 @@ pub struct Config {
     /// Log line format: text, or json for one JSON object per line
     #[arg(long, env = "LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// PostgreSQL database shared by every node (postgres://user@host:port/db); when unset,
+    /// the embedded engine under the data directory
+    #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
 }
 
 /// How answers are rendered.
@@ -66,6 +72,19 @@ pub enum ResponseStyle {
     Plain,
     /// The reference's jsonlite output: scalars boxed in one-element arrays, `{}` for absent values.
     Reference,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Copy every user, tree and log from one engine to another, then compare both sides
+    Migrate {
+        /// Source: a data directory or a postgres:// URL
+        #[arg(long)]
+        from: String,
+        /// Target (must hold no user): a data directory or a postgres:// URL
+        #[arg(long)]
+        to: String,
+    },
 }
 
 impl Config {
@@ -87,6 +106,8 @@ impl Config {
             response_style: ResponseStyle::Plain,
             metrics_enabled: true,
             log_format: "text".into(),
+            database_url: None,
+            command: None,
         }
     }
 }

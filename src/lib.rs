@@ -11,8 +11,9 @@
 //!   endpoint's error table, then read a snapshot or run a mutation under the user's lock.
 //! - [`domain`]: pure money and tree logic: exact decimals and dates, the account tree with its
 //!   precomputed aggregates, and the money engine (deposit, split, capping, rollover...).
-//! - [`store`]: the `Store` trait and its sled engine, key/value encoding, group commit, and the
-//!   per-user cache that serialises writers and gives readers consistent snapshots.
+//! - [`store`]: the `Store` trait and its engines (embedded: journal + sled; shared by several
+//!   nodes: PostgreSQL), key/value encoding, group commit, `pfm migrate`, and the per-user cache
+//!   that serialises writers and gives readers consistent snapshots.
 //! - [`auth`]: JWT verify/issue, Argon2id passwords off the async workers, rate limits, backoff.
 //! - [`app`], [`config`], [`clock`]: the shared state, configuration (env + flags), and the one
 //!   injectable clock.

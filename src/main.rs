@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use pfm::clock::SystemClock;
-use pfm::config::Config;
+use pfm::config::{Command, Config};
 
 // sled and the request path allocate a lot, and the journal and applier threads free what the
 // async workers allocated; mimalloc handles both far better than the system allocator.
@@ -22,11 +22,14 @@ async fn main() -> std::process::ExitCode {
     } else {
         logs.with_env_filter(filter()).init();
     }
+    if let Some(Command::Migrate { from, to }) = &cfg.command {
+        return migrate(from, to).await;
+    }
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let app = match pfm::app::App::open(cfg, Arc::new(SystemClock)) {
         Ok(a) => a,
         Err(e) => {
-            tracing::error!(error = %e, "cannot open the data directory");
+            tracing::error!(error = %e, "cannot open storage");
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -44,6 +47,26 @@ async fn main() -> std::process::ExitCode {
     pfm::http::server::serve(app, listener, shutdown_signal()).await;
     tracing::info!("pfm stopped");
     std::process::ExitCode::SUCCESS
+}
+
+/// `pfm migrate`: copies everything, verifies the copy, and says what it did.
+async fn migrate(from: &str, to: &str) -> std::process::ExitCode {
+    use pfm::store::migrate::{migrate, Side};
+    let opened = (|| Ok::<_, pfm::store::StoreError>((Side::open(from)?, Side::open(to)?)))();
+    let result = match opened {
+        Ok((a, b)) => migrate(&a, &b).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(r) => {
+            tracing::info!(users = r.users, records = r.records, "migrated and verified");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "migration failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 async fn shutdown_signal() {

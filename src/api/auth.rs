@@ -54,14 +54,20 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let tree = Tree::new_user(root, initial);
     let user = UserRecord {
         user_id: user_id.clone(),
-        user_no: app.users.store.new_user_no().await?,
+        user_no: guard.new_user_no().await?,
         password_hash,
         role: "user".into(),
         created_at: rq.now(),
         root,
         ledger: tree.ledger.clone(),
     };
-    guard.create(user, tree).await?;
+    guard.create(user, tree).await.map_err(|e| match e {
+        // Only a shared engine refuses here: another node registered this id meanwhile.
+        crate::store::StoreError::UserExists => {
+            ApiError::new(409, "Account creation Failed: User already exists")
+        }
+        e => e.into(),
+    })?;
     Ok(Obj::new().str("user_id", &user_id).str("uuid", &crate::domain::tree::fmt_uuid(root)))
 }
 

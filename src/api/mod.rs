@@ -20,6 +20,7 @@ use crate::http::params::{NumVal, Params};
 use crate::http::response::ApiError;
 use crate::http::router::Ep;
 use crate::store::users::{UserState, WriteGuard};
+use crate::store::StoreError;
 
 /// One request as a handler sees it.
 pub struct Rq {
@@ -149,7 +150,14 @@ where
     if cfg!(debug_assertions) {
         check_invariants(&tree).map_err(|e| ApiError::Internal(format!("invariant broken: {e}")))?;
     }
-    guard.commit(change, tree).await?;
+    guard.commit(change, tree).await.map_err(|e| match e {
+        // Only a shared engine refuses here: another node's deposit with this id won the race.
+        StoreError::DuplicateTxid(id) => ApiError::new(
+            409,
+            format!("Deposit failed: This deposit has already been made. Transaction ID:{id}"),
+        ),
+        e => e.into(),
+    })?;
     Ok(fields)
 }
 

@@ -35,7 +35,14 @@ impl ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        ApiError::Internal(e.to_string())
+        match e {
+            // The shared database is unreachable: retryable, unlike an internal error.
+            crate::store::StoreError::Unavailable(cause) => {
+                tracing::warn!(%cause, "database unavailable");
+                ApiError::new(503, "Service unavailable: the database cannot be reached")
+            }
+            e => ApiError::Internal(e.to_string()),
+        }
     }
 }
 

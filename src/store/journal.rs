@@ -317,6 +317,12 @@ impl JournalStore {
         self.shared.fail_next_append.store(true, Ordering::SeqCst);
     }
 
+    /// Every user id (`pfm migrate`).
+    pub async fn user_ids(&self) -> Result<Vec<String>, StoreError> {
+        self.catch_up().await?;
+        self.shared.with_sled(|s| s.user_ids())
+    }
+
     /// Waits until sled holds every operation acknowledged (or failed) so far.
     async fn catch_up(&self) -> Result<(), StoreError> {
         let target = self.shared.handled.load(Ordering::Acquire);

@@ -186,6 +186,19 @@ impl SledStore {
         self.db.range(start..end).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode_compat(&v))).collect()
     }
 
+    /// Every user id, in key order.
+    pub fn user_ids(&self) -> Result<Vec<String>, StoreError> {
+        self.db
+            .scan_prefix([codec::USER])
+            .keys()
+            .map(|k| {
+                let k = k.map_err(eng)?;
+                String::from_utf8(k[1..].to_vec())
+                    .map_err(|_| StoreError::Corrupt(format!("bad user key {k:?}")))
+            })
+            .collect()
+    }
+
     pub fn main_txid_exists(&self, user_no: u64, id: &str) -> Result<bool, StoreError> {
         self.db.contains_key(codec::txid_key(user_no, id)).map_err(eng)
     }

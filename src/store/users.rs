@@ -7,6 +7,11 @@
 //! Acknowledgements come in queue order; a state is published to readers only once durable and
 //! never replaced by an older one. If a commit fails, both states are dropped (the next request
 //! reloads from storage) and every queued write built on the lost one fails with it.
+//!
+//! On a shared engine (several nodes, [`SharedStore`]) other nodes write too, so the cache is
+//! only a cache: a reader uses its cached state only if the stored version still equals it (one
+//! indexed read), and a writer takes the user's row lock in storage, reloads if the version
+//! moved, and commits before releasing the lock (no pipelining: the database orders writes).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -20,7 +25,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{AccountId, Tree};
 
-use super::{Op, Store, StoreError, UserRecord};
+use super::{Loaded, Op, SharedStore, Store, StoreError, UserRecord, Version, WriteTxn};
 
 /// Per-user lock wait limit (13.2 item 7).
 pub const LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -37,6 +42,8 @@ pub struct UserState {
     /// The load this state descends from: writes built on a failed write share its basis, so
     /// storage can refuse them (see [`Store::commit`]).
     pub basis: u64,
+    /// The stored version this state is (shared engines; 0 on the embedded one).
+    pub version: u64,
 }
 
 /// `None`: not known; `Some(None)`: known to have no tree.
@@ -72,6 +79,17 @@ pub struct WriteGuard<'a> {
     slot: Arc<Slot>,
     _lock: tokio::sync::OwnedMutexGuard<()>,
     pub current: Option<Arc<UserState>>,
+    /// The storage transaction holding the user's row lock (shared engines).
+    txn: Option<Box<dyn WriteTxn>>,
+}
+
+/// Whether a cached state is the stored one (shared engines).
+fn fresh(cached: &Known, stored: Option<Version>) -> bool {
+    match (cached, stored) {
+        (Some(Some(s)), Some((no, v))) => s.user.user_no == no && s.version == v,
+        (Some(None), None) => true,
+        _ => false,
+    }
 }
 
 impl Users {
@@ -122,15 +140,26 @@ impl Users {
         let Some((user, tree)) = self.store.load_user(user_id).await? else {
             return Ok(None);
         };
+        self.checked(user_id, Some((user, tree, 0)))
+    }
+
+    /// A loaded user as a state, after checking its tree's invariants.
+    fn checked(&self, user_id: &str, loaded: Option<Loaded>) -> Result<Option<Arc<UserState>>, StoreError> {
+        let Some((user, tree, version)) = loaded else {
+            return Ok(None);
+        };
         let basis = self.next_basis.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = crate::domain::tree::check_invariants(&tree) {
             return Err(StoreError::Codec(format!("stored tree of {user_id} fails invariants: {e}")));
         }
-        Ok(Some(Arc::new(UserState { user, tree, basis })))
+        Ok(Some(Arc::new(UserState { user, tree, basis, version })))
     }
 
     /// The latest committed state of `user_id` (`None`: no such user).
     pub async fn snapshot(&self, user_id: &str) -> Result<Option<Arc<UserState>>, StoreError> {
+        if let Some(sh) = self.store.shared() {
+            return self.shared_snapshot(sh, user_id).await;
+        }
         let slot = self.slot(user_id);
         if let Some(s) = slot.state.read().as_ref() {
             crate::metrics::user_cache_hit();
@@ -164,6 +193,36 @@ impl Users {
         }
     }
 
+    /// [`Users::snapshot`] on a shared engine: the cached state if the stored version still is
+    /// its version, else a fresh load (which any other node's acknowledged write is part of).
+    async fn shared_snapshot(
+        &self,
+        sh: &dyn SharedStore,
+        user_id: &str,
+    ) -> Result<Option<Arc<UserState>>, StoreError> {
+        let slot = self.slot(user_id);
+        let cached = slot.state.read().clone();
+        let stored = sh.version(user_id).await?;
+        if fresh(&cached, stored) {
+            return Ok(cached.flatten());
+        }
+        let s = match stored {
+            Some(_) => self.checked(user_id, sh.load_versioned(user_id).await?)?,
+            None => None,
+        };
+        // Any state of a given version is that version's state; keep the newer of this load and
+        // what a writer of this node may have published meanwhile.
+        let mut st = slot.state.write();
+        let newer = match (&*st, &s) {
+            (Some(Some(c)), Some(n)) => (n.user.user_no, n.version) >= (c.user.user_no, c.version),
+            _ => true,
+        };
+        if newer {
+            *st = Some(s.clone());
+        }
+        Ok(s)
+    }
+
     async fn take_lock(&self, slot: &Slot) -> Result<tokio::sync::OwnedMutexGuard<()>, StoreError> {
         let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
         tokio::time::timeout(wait, slot.write.clone().lock_owned()).await.map_err(|_| StoreError::LockTimeout)
@@ -190,7 +249,26 @@ impl Users {
     /// Takes the user's write lock (FIFO), loading the state if needed.
     pub async fn lock(&self, user_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let slot = self.slot(user_id);
+        let started = std::time::Instant::now();
         let lock = self.take_lock(&slot).await?;
+        if let Some(sh) = self.store.shared() {
+            // One limit for both waits: this node's writers, then other nodes' (the row lock).
+            let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
+            let left = wait.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+            let txn = sh.begin_write(user_id, left).await?;
+            let cached = slot.state.read().clone();
+            let current = if fresh(&cached, txn.locked()) {
+                cached.flatten()
+            } else if txn.locked().is_none() {
+                None
+            } else {
+                // Another node wrote since this node cached the user: reload under the lock.
+                let s = self.checked(user_id, txn.load_user(user_id).await?)?;
+                *slot.state.write() = Some(s.clone());
+                s
+            };
+            return Ok(WriteGuard { users: self, slot, _lock: lock, current, txn: Some(txn) });
+        }
         let pending = slot.pending.lock().clone();
         let current = match pending {
             Some(s) => crate::metrics::user_cache_hit_then(s),
@@ -204,6 +282,7 @@ impl Users {
                         user: st.user.clone(),
                         tree: st.tree.clone(),
                         basis: self.next_basis.fetch_add(1, Ordering::Relaxed),
+                        version: st.version,
                     })),
                     Some(None) => None,
                     None => {
@@ -216,7 +295,7 @@ impl Users {
                 s
             }
         };
-        Ok(WriteGuard { users: self, slot, _lock: lock, current })
+        Ok(WriteGuard { users: self, slot, _lock: lock, current, txn: None })
     }
 }
 
@@ -227,8 +306,8 @@ impl WriteGuard<'_> {
         let cur = self.current.clone().ok_or_else(|| StoreError::Engine("commit without a user".into()))?;
         let mut user = cur.user.clone();
         user.ledger = change.ledger.clone();
-        let next = UserState { user: user.clone(), tree, basis: cur.basis };
-        self.finish(Op::Commit { user, change }, cur.basis, Some(Arc::new(next))).await
+        let next = UserState { user: user.clone(), tree, basis: cur.basis, version: 0 };
+        self.finish(Op::Commit { user, change }, cur.basis, Some(next)).await
     }
 
     /// Commits a new user with its first tree (every account new, nothing logged yet).
@@ -239,8 +318,8 @@ impl WriteGuard<'_> {
             ..Change::default()
         };
         let basis = self.users.next_basis.fetch_add(1, Ordering::Relaxed);
-        let next = UserState { user: user.clone(), tree, basis };
-        self.finish(Op::Commit { user, change }, basis, Some(Arc::new(next))).await
+        let next = UserState { user: user.clone(), tree, basis, version: 0 };
+        self.finish(Op::Commit { user, change }, basis, Some(next)).await
     }
 
     /// Removes the current user and every row of its tree.
@@ -251,8 +330,40 @@ impl WriteGuard<'_> {
 
     /// Queues `op` under the lock, makes `next` the state the next writer builds on, releases
     /// the lock, then waits for durability and publishes `next` to readers.
-    async fn finish(self, op: Op, basis: u64, next: Option<Arc<UserState>>) -> Result<(), StoreError> {
-        let WriteGuard { slot, _lock: lock, users, .. } = self;
+    async fn finish(self, op: Op, basis: u64, next: Option<UserState>) -> Result<(), StoreError> {
+        let WriteGuard { slot, _lock: lock, users, txn, .. } = self;
+        if let Some(txn) = txn {
+            // Shared engine: commit under both locks, then publish with the new version.
+            let result = txn.commit(op).await;
+            let mut st = slot.state.write();
+            match result {
+                Ok(version) => {
+                    *st = Some(next.map(|mut s| {
+                        s.version = version;
+                        Arc::new(s)
+                    }));
+                    Ok(())
+                }
+                Err(e) => {
+                    // Refused, or lost during COMMIT with an unknown outcome: forget the user;
+                    // the next request reads whatever the database holds.
+                    *st = None;
+                    Err(e)
+                }
+            }
+        } else {
+            Self::finish_pipelined(slot, lock, users, op, basis, next.map(Arc::new)).await
+        }
+    }
+
+    async fn finish_pipelined(
+        slot: Arc<Slot>,
+        lock: tokio::sync::OwnedMutexGuard<()>,
+        users: &Users,
+        op: Op,
+        basis: u64,
+        next: Option<Arc<UserState>>,
+    ) -> Result<(), StoreError> {
         let gen = slot.next_gen.fetch_add(1, Ordering::Relaxed) + 1;
         slot.in_flight.fetch_add(1, Ordering::AcqRel);
         let durable = users.store.commit(op, basis);
@@ -295,11 +406,21 @@ impl WriteGuard<'_> {
         res
     }
 
+    /// A user number never used before (for [`WriteGuard::create`]); on a shared engine, taken
+    /// on the write's own connection, so a registration never waits for a second one.
+    pub async fn new_user_no(&self) -> Result<u64, StoreError> {
+        match &self.txn {
+            Some(txn) => txn.new_user_no().await,
+            None => self.users.store.new_user_no().await,
+        }
+    }
+
     /// Whether `id` is already in the main account's log (the /deposit 409 check).
     pub async fn main_txid_exists(&self, id: &str) -> Result<bool, StoreError> {
-        match &self.current {
-            Some(cur) => self.users.store.main_txid_exists(cur.user.user_no, id).await,
-            None => Ok(false),
+        match (&self.current, &self.txn) {
+            (Some(cur), Some(txn)) => txn.main_txid_exists(cur.user.user_no, id).await,
+            (Some(cur), None) => self.users.store.main_txid_exists(cur.user.user_no, id).await,
+            (None, _) => Ok(false),
         }
     }
 }

@@ -1,5 +1,8 @@
 //! Test harness: a real server on 127.0.0.1:0 with a temp data directory and a fixed clock, and
 //! a tiny blocking HTTP/1.1 client.
+//!
+//! With `PFM_TEST_DATABASE_URL` set (a PostgreSQL server, as `.ci/postgres.sh` starts one), every
+//! server runs on the PostgreSQL engine instead, each on a fresh database of its own.
 
 #![allow(dead_code)]
 
@@ -79,6 +82,7 @@ impl Srv {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cfg = Config::for_dir(dir.path());
         cfg.jwt_secret = Some(SECRET.into());
+        cfg.database_url = fresh_database();
         f(&mut cfg);
         let clock = Arc::new(ManualClock::at_secs(T0));
         let run = pfm::start(cfg.clone(), clock.clone()).expect("server starts");
@@ -194,6 +198,39 @@ impl Srv {
         let t = pfm::domain::dates::parse_date(iso).expect("valid test date");
         self.clock.set_secs(t);
     }
+}
+
+/// The PostgreSQL server the tests run against (`PFM_TEST_DATABASE_URL`), if any.
+pub fn pg_admin_url() -> Option<String> {
+    std::env::var("PFM_TEST_DATABASE_URL").ok().filter(|s| !s.is_empty())
+}
+
+/// A new, empty database on the test PostgreSQL server (its URL), or `None` without one.
+pub fn fresh_database() -> Option<String> {
+    let admin = pg_admin_url()?;
+    let name = format!("pfm_t_{}", uuid::Uuid::new_v4().simple());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let (c, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test PostgreSQL");
+        let driver = tokio::spawn(conn);
+        c.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create a test database");
+        drop(c);
+        let _ = driver.await;
+    });
+    let (base, _) = admin.rsplit_once('/').expect("PFM_TEST_DATABASE_URL names a database");
+    Some(format!("{base}/{name}"))
+}
+
+/// True (with a note) when the tests run on PostgreSQL and `what` only exists on the embedded
+/// engine.
+pub fn embedded_only(what: &str) -> bool {
+    if pg_admin_url().is_some() {
+        eprintln!("skipped on the PostgreSQL engine: {what}");
+        return true;
+    }
+    false
 }
 
 /// JSON number text of a value.

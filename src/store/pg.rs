@@ -1,0 +1,654 @@
+//! The PostgreSQL engine, for several stateless nodes sharing one database. The sled engine's
+//! rows become tables whose primary keys start with `user_no` (Citus-ready); values keep the
+//! sled engine's encoding (`codec`), so both engines store the same bytes.
+//!
+//! Correctness across nodes rests on the database: a write locks the user's row
+//! (`SELECT ... FOR UPDATE`, bounded by `lock_timeout`) in the transaction that commits it and
+//! bumps the row's version; readers compare that version with their cached snapshot (see
+//! [`super::users`]); the main account's transaction ids have a unique key.
+//!
+//! Schema migrations are SQL files embedded in the binary, applied in order at start in one
+//! transaction and recorded in `schema_migrations`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{NoTls, Row};
+use uuid::Uuid;
+
+use crate::domain::engine::{Change, TxRecord};
+use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
+
+use super::codec::{decode, decode_compat, encode};
+use super::{BoxFuture, Loaded, Op, SharedStore, Store, StoreError, UserRecord, Version, WriteTxn};
+
+/// Migrations in order: (version, name, SQL). Append only; never edit an applied one.
+const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "init", include_str!("migrations/0001_init.sql"))];
+/// Serialises schema changes of nodes starting at the same time (any fixed number).
+const MIGRATION_LOCK: i64 = 0x7066_6d00;
+/// A connection attempt gives up after this (start and reconnects alike).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for a pooled connection before the request answers 503.
+const POOL_WAIT: Duration = Duration::from_secs(10);
+/// Connections per node.
+pub const POOL_SIZE: usize = 16;
+
+pub struct PgStore {
+    pool: Pool,
+    jwt_secret: String,
+}
+
+/// Where the database is, for messages (never the password).
+fn describe(cfg: &tokio_postgres::Config) -> String {
+    let host = cfg
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(s) => s.clone(),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".into());
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}/{}", cfg.get_dbname().unwrap_or("(default database)"))
+}
+
+/// An error with its causes ("error connecting to server: Connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.ends_with(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// Maps a database error: lock waits, lost connections and a server going away have their own
+/// kinds; the rest is an engine error.
+fn pg_err(e: tokio_postgres::Error) -> StoreError {
+    let text = chain(&e);
+    match e.code() {
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => StoreError::LockTimeout,
+        Some(c)
+            if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || *c == SqlState::TOO_MANY_CONNECTIONS =>
+        {
+            StoreError::Unavailable(text)
+        }
+        Some(_) => StoreError::Engine(format!("database: {text}")),
+        // No SQLSTATE: the connection itself failed (closed, reset, timed out).
+        None => StoreError::Unavailable(text),
+    }
+}
+
+fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_err(e),
+        other => StoreError::Unavailable(format!("database connection pool: {other}")),
+    }
+}
+
+fn is_unique(e: &tokio_postgres::Error, constraint: &str) -> bool {
+    e.as_db_error()
+        .is_some_and(|d| *d.code() == SqlState::UNIQUE_VIOLATION && d.constraint() == Some(constraint))
+}
+
+fn col<'r, T: tokio_postgres::types::FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, StoreError> {
+    row.try_get(i).map_err(|e| StoreError::Engine(format!("database row: {e}")))
+}
+
+fn uid(id: AccountId) -> Uuid {
+    Uuid::from_u128(id)
+}
+
+fn signed(v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Codec(format!("{v} does not fit a bigint")))
+}
+
+fn unsigned(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative stored number {v}")))
+}
+
+impl PgStore {
+    /// Connects, applies pending migrations and reads the shared settings. Fails with a clear
+    /// message when the database cannot be reached (the binary then exits non-zero).
+    pub fn open(url: &str) -> Result<PgStore, StoreError> {
+        let mut cfg: tokio_postgres::Config =
+            url.parse().map_err(|e| StoreError::Engine(format!("invalid database URL: {e}")))?;
+        cfg.connect_timeout(CONNECT_TIMEOUT);
+        cfg.application_name("pfm");
+        let where_ = describe(&cfg);
+        // The start-up work runs on a runtime of its own: `open` is called both inside and
+        // outside a runtime, and the pool's connections belong to the serving one.
+        let setup_cfg = cfg.clone();
+        let jwt_secret = std::thread::scope(|s| {
+            s.spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| StoreError::Engine(e.to_string()))?;
+                rt.block_on(setup(&setup_cfg))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(StoreError::Engine("database setup panicked".into())))
+        })
+        .map_err(|e| match e {
+            StoreError::Unavailable(m) => {
+                StoreError::Unavailable(format!("cannot reach the database at {where_}: {m}"))
+            }
+            StoreError::Engine(m) => StoreError::Engine(format!("cannot use the database at {where_}: {m}")),
+            other => other,
+        })?;
+        let mgr = Manager::from_config(cfg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(mgr)
+            .max_size(POOL_SIZE)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Engine(format!("database pool: {e}")))?;
+        tracing::info!(database = %where_, "using PostgreSQL");
+        Ok(PgStore { pool, jwt_secret })
+    }
+
+    /// The service's token secret kept in the database, generated by the first node to start,
+    /// so every node verifies every other node's tokens.
+    pub fn jwt_secret(&self) -> &str {
+        &self.jwt_secret
+    }
+
+    async fn conn(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(pool_err)
+    }
+
+    /// Opens a transaction on a pooled connection (`BEGIN` plus `extra` in one round trip).
+    async fn begin(&self, extra: &str) -> Result<Txn, StoreError> {
+        let obj = self.conn().await?;
+        let txn = Txn { obj: Some(obj) };
+        txn.c()?.batch_execute(&format!("BEGIN{extra}")).await.map_err(pg_err)?;
+        Ok(txn)
+    }
+
+    /// Every user id, for `pfm migrate`.
+    pub async fn user_ids(&self) -> Result<Vec<String>, StoreError> {
+        let c = self.conn().await?;
+        let rows = c.query("SELECT user_id FROM users ORDER BY user_no", &[]).await.map_err(pg_err)?;
+        rows.iter().map(|r| col(r, 0)).collect()
+    }
+}
+
+/// Migrations and the shared secret, on one connection, under an advisory lock.
+async fn setup(cfg: &tokio_postgres::Config) -> Result<String, StoreError> {
+    let (mut client, connection) = cfg.connect(NoTls).await.map_err(pg_err)?;
+    let driver = tokio::spawn(connection);
+    client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await.map_err(pg_err)?;
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, \
+             applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(pg_err)?;
+    let tx = client.transaction().await.map_err(pg_err)?;
+    let applied: BTreeSet<i32> = tx
+        .query("SELECT version FROM schema_migrations", &[])
+        .await
+        .map_err(pg_err)?
+        .iter()
+        .map(|r| col(r, 0))
+        .collect::<Result<_, _>>()?;
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if let Some(newest) = applied.iter().next_back().filter(|v| **v > known) {
+        return Err(StoreError::NewerFormat(format!(
+            "the database has schema migration {newest}, newer than this binary's {known}: upgrade pfm"
+        )));
+    }
+    for (version, name, sql) in MIGRATIONS {
+        if applied.contains(version) {
+            continue;
+        }
+        tx.batch_execute(sql).await.map_err(pg_err)?;
+        tx.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", &[version, name])
+            .await
+            .map_err(pg_err)?;
+        tracing::info!(version, name, "applied schema migration");
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| StoreError::Engine(e.to_string()))?;
+    let fresh: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    tx.execute(
+        "INSERT INTO settings (key, value) VALUES ('jwt_secret', $1) ON CONFLICT DO NOTHING",
+        &[&fresh],
+    )
+    .await
+    .map_err(pg_err)?;
+    let row =
+        tx.query_one("SELECT value FROM settings WHERE key = 'jwt_secret'", &[]).await.map_err(pg_err)?;
+    let secret: String = col(&row, 0)?;
+    tx.commit().await.map_err(pg_err)?;
+    drop(client);
+    let _ = driver.await;
+    Ok(secret)
+}
+
+/// A pooled connection inside a transaction. Dropped without [`Txn::commit`], it rolls back
+/// (or, outside a runtime, closes the connection, which rolls back too): a handler that fails
+/// or is cancelled never leaves a lock or a half-written change behind.
+struct Txn {
+    obj: Option<Object>,
+}
+
+impl Txn {
+    fn c(&self) -> Result<&ClientWrapper, StoreError> {
+        self.obj.as_deref().ok_or_else(|| StoreError::Engine("transaction already finished".into()))
+    }
+
+    async fn commit(mut self) -> Result<(), StoreError> {
+        let obj = self.obj.take().ok_or_else(|| StoreError::Engine("transaction already finished".into()))?;
+        match obj.batch_execute("COMMIT").await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // The outcome is unknown if the connection broke; never reuse it.
+                let _ = Object::take(obj);
+                Err(pg_err(e))
+            }
+        }
+    }
+}
+
+impl Drop for Txn {
+    fn drop(&mut self) {
+        let Some(obj) = self.obj.take() else { return };
+        let mut dirty = Dirty(Some(obj));
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                let rolled_back = match dirty.0.as_deref() {
+                    Some(c) => c.batch_execute("ROLLBACK").await.is_ok(),
+                    None => false,
+                };
+                if rolled_back {
+                    // Clean again: back to the pool.
+                    dirty.0.take();
+                }
+            });
+        }
+    }
+}
+
+/// A connection that may still be inside a transaction: unless taken back out, it is closed
+/// when dropped (never returned to the pool), even if its rollback task never ran.
+struct Dirty(Option<Object>);
+
+impl Drop for Dirty {
+    fn drop(&mut self) {
+        if let Some(obj) = self.0.take() {
+            drop(Object::take(obj));
+        }
+    }
+}
+
+async fn load(c: &ClientWrapper, user_id: &str) -> Result<Option<Loaded>, StoreError> {
+    let st =
+        c.prepare_cached("SELECT version, record FROM users WHERE user_id = $1").await.map_err(pg_err)?;
+    let Some(row) = c.query_opt(&st, &[&user_id]).await.map_err(pg_err)? else {
+        return Ok(None);
+    };
+    let version = unsigned(col(&row, 0)?)?;
+    let user: UserRecord = decode_compat(&col::<Vec<u8>>(&row, 1)?)?;
+    let no = signed(user.user_no)?;
+    let st = c.prepare_cached("SELECT body FROM accounts WHERE user_no = $1").await.map_err(pg_err)?;
+    let mut accounts: HashMap<AccountId, Account> = HashMap::new();
+    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+        let a: Account = decode(&col::<Vec<u8>>(&row, 0)?)?;
+        accounts.insert(a.uuid, a);
+    }
+    let st = c
+        .prepare_cached("SELECT account, day, body FROM day_rows WHERE user_no = $1 ORDER BY account, day")
+        .await
+        .map_err(pg_err)?;
+    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+        let acc = col::<Uuid>(&row, 0)?.as_u128();
+        let sums: DaySums = decode(&col::<Vec<u8>>(&row, 2)?)?;
+        if let Some(a) = accounts.get_mut(&acc) {
+            a.days.add(col(&row, 1)?, &sums);
+        }
+    }
+    let st = c
+        .prepare_cached(
+            "SELECT account, day, body FROM tracker_rows WHERE user_no = $1 ORDER BY account, day",
+        )
+        .await
+        .map_err(pg_err)?;
+    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+        let acc = col::<Uuid>(&row, 0)?.as_u128();
+        let r: TrackRow = decode(&col::<Vec<u8>>(&row, 2)?)?;
+        if let Some(a) = accounts.get_mut(&acc) {
+            a.track.insert(col(&row, 1)?, r);
+        }
+    }
+    let tree = Tree {
+        root: user.root,
+        accounts: accounts.into_iter().map(|(id, a)| (id, Arc::new(a))).collect(),
+        ledger: user.ledger.clone(),
+    };
+    Ok(Some((user, tree, version)))
+}
+
+async fn txid_exists(c: &ClientWrapper, user_no: u64, id: &str) -> Result<bool, StoreError> {
+    let st = c
+        .prepare_cached("SELECT 1 FROM main_txids WHERE user_no = $1 AND txid = $2")
+        .await
+        .map_err(pg_err)?;
+    Ok(c.query_opt(&st, &[&signed(user_no)?, &id]).await.map_err(pg_err)?.is_some())
+}
+
+/// Sequences are not transactional: a number taken by a write that rolls back is never reused.
+async fn next_user_no(c: &ClientWrapper) -> Result<u64, StoreError> {
+    let st = c.prepare_cached("SELECT nextval('user_nos')").await.map_err(pg_err)?;
+    unsigned(col(&c.query_one(&st, &[]).await.map_err(pg_err)?, 0)?)
+}
+
+/// Writes the rows of `op` in the current transaction; returns the user's new version.
+async fn apply(c: &ClientWrapper, op: &Op) -> Result<u64, StoreError> {
+    match op {
+        Op::Commit { user, change } => {
+            let no = signed(user.user_no)?;
+            let st = c
+                .prepare_cached(
+                    "INSERT INTO users (user_no, user_id, version, record) VALUES ($1, $2, 1, $3) \
+                     ON CONFLICT (user_no) DO UPDATE SET record = EXCLUDED.record, version = users.version + 1 \
+                     RETURNING version",
+                )
+                .await
+                .map_err(pg_err)?;
+            let row = c.query_one(&st, &[&no, &user.user_id, &encode(user)?]).await.map_err(|e| {
+                if is_unique(&e, "users_user_id_key") {
+                    StoreError::UserExists
+                } else {
+                    pg_err(e)
+                }
+            })?;
+            let version = unsigned(col(&row, 0)?)?;
+            change_rows(c, no, user.root, change).await?;
+            Ok(version)
+        }
+        Op::DeleteUser { user } => {
+            let no = signed(user.user_no)?;
+            for table in ["accounts", "log_records", "day_rows", "tracker_rows", "main_txids", "users"] {
+                let st = c
+                    .prepare_cached(&format!("DELETE FROM {table} WHERE user_no = $1"))
+                    .await
+                    .map_err(pg_err)?;
+                c.execute(&st, &[&no]).await.map_err(pg_err)?;
+            }
+            Ok(0)
+        }
+    }
+}
+
+async fn change_rows(c: &ClientWrapper, no: i64, root: AccountId, ch: &Change) -> Result<(), StoreError> {
+    if !ch.removed.is_empty() {
+        let ids: Vec<Uuid> = ch.removed.iter().map(|(id, _)| uid(*id)).collect();
+        for table in ["accounts", "log_records", "day_rows", "tracker_rows"] {
+            let st = c
+                .prepare_cached(&format!("DELETE FROM {table} WHERE user_no = $1 AND account = ANY($2)"))
+                .await
+                .map_err(pg_err)?;
+            c.execute(&st, &[&no, &ids]).await.map_err(pg_err)?;
+        }
+    }
+    if !ch.accounts.is_empty() {
+        let ids: Vec<Uuid> = ch.accounts.iter().map(|a| uid(a.uuid)).collect();
+        let bodies = ch.accounts.iter().map(|a| encode(&**a)).collect::<Result<Vec<_>, _>>()?;
+        let st = c
+            .prepare_cached(
+                "INSERT INTO accounts (user_no, account, body) SELECT $1, a, b FROM unnest($2::uuid[], $3::bytea[]) AS t(a, b) \
+                 ON CONFLICT (user_no, account) DO UPDATE SET body = EXCLUDED.body",
+            )
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &ids, &bodies]).await.map_err(pg_err)?;
+    }
+    if !ch.records.is_empty() {
+        let ids: Vec<Uuid> = ch.records.iter().map(|(a, _, _)| uid(*a)).collect();
+        let seqs = ch.records.iter().map(|(_, s, _)| signed(*s)).collect::<Result<Vec<_>, _>>()?;
+        let bodies = ch.records.iter().map(|(_, _, r)| encode(r)).collect::<Result<Vec<_>, _>>()?;
+        let st = c
+            .prepare_cached(
+                "INSERT INTO log_records (user_no, account, seq, body) \
+                 SELECT $1, a, s, b FROM unnest($2::uuid[], $3::int8[], $4::bytea[]) AS t(a, s, b) \
+                 ON CONFLICT (user_no, account, seq) DO UPDATE SET body = EXCLUDED.body",
+            )
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &ids, &seqs, &bodies]).await.map_err(pg_err)?;
+    }
+    for (table, rows) in [
+        (
+            "day_rows",
+            ch.days
+                .iter()
+                .map(|(a, d, s)| Ok((uid(*a), *d, encode(s)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?,
+        ),
+        (
+            "tracker_rows",
+            ch.track
+                .iter()
+                .map(|(a, d, r)| Ok((uid(*a), *d, encode(r)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?,
+        ),
+    ] {
+        if rows.is_empty() {
+            continue;
+        }
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+        let days: Vec<i64> = rows.iter().map(|r| r.1).collect();
+        let bodies: Vec<Vec<u8>> = rows.into_iter().map(|r| r.2).collect();
+        let st = c
+            .prepare_cached(&format!(
+                "INSERT INTO {table} (user_no, account, day, body) \
+                 SELECT $1, a, d, b FROM unnest($2::uuid[], $3::int8[], $4::bytea[]) AS t(a, d, b) \
+                 ON CONFLICT (user_no, account, day) DO UPDATE SET body = EXCLUDED.body"
+            ))
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &ids, &days, &bodies]).await.map_err(pg_err)?;
+    }
+    if !ch.main_txids.is_empty() {
+        // A deposit into the main account posts its credit there first; that id must be new:
+        // the unique key refuses a second deposit with the same id, whichever node sends it.
+        // Other ids of the main log (splits and surplus returns reusing a deposit's id, ids of
+        // withdrawals) may repeat, as on the embedded engine.
+        let credited: BTreeSet<&str> = ch
+            .records
+            .first()
+            .filter(|(a, _, r)| *a == root && r.deposit)
+            .map(|(_, _, r)| r.id.as_str())
+            .into_iter()
+            .collect();
+        let others: BTreeSet<&str> =
+            ch.main_txids.iter().map(String::as_str).filter(|id| !credited.contains(id)).collect();
+        if !credited.is_empty() {
+            let ids: Vec<&str> = credited.iter().copied().collect();
+            let st = c
+                .prepare_cached("INSERT INTO main_txids (user_no, txid) SELECT $1, unnest($2::text[])")
+                .await
+                .map_err(pg_err)?;
+            c.execute(&st, &[&no, &ids]).await.map_err(|e| {
+                if is_unique(&e, "main_txids_pkey") {
+                    StoreError::DuplicateTxid(ids.first().map(|s| s.to_string()).unwrap_or_default())
+                } else {
+                    pg_err(e)
+                }
+            })?;
+        }
+        if !others.is_empty() {
+            let ids: Vec<&str> = others.into_iter().collect();
+            let st = c
+                .prepare_cached(
+                    "INSERT INTO main_txids (user_no, txid) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
+                )
+                .await
+                .map_err(pg_err)?;
+            c.execute(&st, &[&no, &ids]).await.map_err(pg_err)?;
+        }
+    }
+    Ok(())
+}
+
+/// One user's write: its row is locked from [`SharedStore::begin_write`] to the commit.
+struct PgWrite {
+    txn: Txn,
+    locked: Option<Version>,
+}
+
+impl WriteTxn for PgWrite {
+    fn locked(&self) -> Option<Version> {
+        self.locked
+    }
+
+    fn load_user<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Loaded>, StoreError>> {
+        Box::pin(async move { load(self.txn.c()?, user_id).await })
+    }
+
+    fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { txid_exists(self.txn.c()?, user_no, id).await })
+    }
+
+    fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move { next_user_no(self.txn.c()?).await })
+    }
+
+    fn commit(self: Box<Self>, op: Op) -> BoxFuture<'static, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let version = apply(self.txn.c()?, &op).await?;
+            self.txn.commit().await?;
+            Ok(version)
+        })
+    }
+}
+
+impl SharedStore for PgStore {
+    fn version<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Version>, StoreError>> {
+        Box::pin(async move {
+            let c = self.conn().await?;
+            let st = c
+                .prepare_cached("SELECT user_no, version FROM users WHERE user_id = $1")
+                .await
+                .map_err(pg_err)?;
+            match c.query_opt(&st, &[&user_id]).await.map_err(pg_err)? {
+                Some(row) => Ok(Some((unsigned(col(&row, 0)?)?, unsigned(col(&row, 1)?)?))),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn load_versioned<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Loaded>, StoreError>> {
+        Box::pin(async move {
+            // One snapshot for the user row and every tree row.
+            let txn = self.begin(" ISOLATION LEVEL REPEATABLE READ READ ONLY").await?;
+            let loaded = load(txn.c()?, user_id).await?;
+            txn.commit().await?;
+            Ok(loaded)
+        })
+    }
+
+    fn begin_write<'a>(
+        &'a self,
+        user_id: &'a str,
+        lock_wait: Duration,
+    ) -> BoxFuture<'a, Result<Box<dyn WriteTxn>, StoreError>> {
+        Box::pin(async move {
+            let ms = lock_wait.as_millis().max(1);
+            let txn = self.begin(&format!("; SET LOCAL lock_timeout = '{ms}ms'")).await?;
+            let c = txn.c()?;
+            let st = c
+                .prepare_cached("SELECT user_no, version FROM users WHERE user_id = $1 FOR UPDATE")
+                .await
+                .map_err(pg_err)?;
+            let locked = match c.query_opt(&st, &[&user_id]).await.map_err(pg_err)? {
+                Some(row) => Some((unsigned(col(&row, 0)?)?, unsigned(col(&row, 1)?)?)),
+                None => None,
+            };
+            Ok(Box::new(PgWrite { txn, locked }) as Box<dyn WriteTxn>)
+        })
+    }
+}
+
+impl Store for PgStore {
+    fn load_user<'a>(
+        &'a self,
+        user_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>> {
+        Box::pin(async move { Ok(self.load_versioned(user_id).await?.map(|(u, t, _)| (u, t))) })
+    }
+
+    fn read_log(
+        &self,
+        user_no: u64,
+        acc: AccountId,
+        from: u64,
+        to: u64,
+    ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
+        Box::pin(async move {
+            let c = self.conn().await?;
+            let st = c
+                .prepare_cached(
+                    "SELECT body FROM log_records WHERE user_no = $1 AND account = $2 AND seq >= $3 AND seq < $4 ORDER BY seq",
+                )
+                .await
+                .map_err(pg_err)?;
+            let rows = c
+                .query(&st, &[&signed(user_no)?, &uid(acc), &signed(from)?, &signed(to)?])
+                .await
+                .map_err(pg_err)?;
+            rows.iter().map(|r| decode_compat(&col::<Vec<u8>>(r, 0)?)).collect()
+        })
+    }
+
+    fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { txid_exists(&*self.conn().await?, user_no, id).await })
+    }
+
+    fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move { next_user_no(&*self.conn().await?).await })
+    }
+
+    /// Commits `op` in a transaction of its own (writes of the service go through
+    /// [`SharedStore::begin_write`] instead, which also locks the user's row first).
+    fn commit(&self, op: Op, _basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let obj = pool.get().await.map_err(pool_err)?;
+            let txn = Txn { obj: Some(obj) };
+            txn.c()?.batch_execute("BEGIN").await.map_err(pg_err)?;
+            apply(txn.c()?, &op).await?;
+            txn.commit().await
+        })
+    }
+
+    fn healthy(&self) -> bool {
+        !self.pool.is_closed()
+    }
+
+    /// Every commit is durable when acknowledged; nothing to flush.
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn shared(&self) -> Option<&dyn SharedStore> {
+        Some(self)
+    }
+}

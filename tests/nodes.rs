@@ -1,0 +1,367 @@
+//! Several stateless nodes on one PostgreSQL database: real pfm processes sharing a fresh
+//! database of the server named by `PFM_TEST_DATABASE_URL` (`.ci/postgres.sh` starts one; without
+//! it these tests print a note and return).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+struct Node {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh database, or `None` (with a note) when no test PostgreSQL is configured.
+fn database(test: &str) -> Option<String> {
+    let db = common::fresh_database();
+    if db.is_none() {
+        eprintln!("{test}: skipped, PFM_TEST_DATABASE_URL is not set (.ci/postgres.sh sets it)");
+    }
+    db
+}
+
+/// Starts the real binary on `db` with no token secret of its own: the nodes share the one the
+/// first node generated in the database.
+fn node(db: &str) -> Node {
+    let dir = std::env::temp_dir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
+        .args(["--host", "127.0.0.1", "--port", "0", "--database-url", db, "--data-dir"])
+        .arg(dir)
+        .env_remove("JWT_SECRET")
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn pfm");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines.next().expect("pfm exited before listening").expect("read log");
+        if line.contains("pfm listening") {
+            if let Some(rest) = line.split("addr=").nth(1) {
+                break rest.split_whitespace().next().expect("addr").parse().expect("socket addr");
+            }
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Node { child, addr }
+}
+
+/// One request; `None` when the node is gone (connection refused or reset).
+fn try_req(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Value,
+) -> Option<(u16, Value)> {
+    let b = if body.is_null() { String::new() } else { body.to_string() };
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+        b.len()
+    );
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok())?;
+    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+fn req(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+    try_req(addr, method, path, token, body).expect("node answers")
+}
+
+#[track_caller]
+fn ok(r: (u16, Value)) -> Value {
+    assert_eq!(r.0, 200, "{}", r.1);
+    r.1
+}
+
+/// Registers `user` (password mode) on one node and logs in on the other: a token from either
+/// node works on both. Returns (token, main uuid).
+fn user(reg: &Node, login: &Node, user: &str, initial: u64) -> (String, String) {
+    let r = ok(req(
+        reg.addr,
+        "POST",
+        "/register",
+        None,
+        json!({"user_id": user, "password": "secret123", "initial_balance": initial}),
+    ));
+    let main = r["uuid"].as_str().expect("uuid").to_string();
+    let r = ok(req(login.addr, "POST", "/login", None, json!({"user_id": user, "password": "secret123"})));
+    (r["token"].as_str().expect("token").to_string(), main)
+}
+
+fn get(n: &Node, tok: &str, path: &str) -> Value {
+    ok(req(n.addr, "GET", path, Some(tok), Value::Null))
+}
+
+fn total(n: &Node, tok: &str, main: &str) -> String {
+    get(n, tok, &format!("/compute_total_balance?uuid={main}"))["total_balance"].to_string()
+}
+
+fn deposit(n: &Node, tok: &str, main: &str, amount: u64, txn: &str) -> Option<(u16, Value)> {
+    try_req(
+        n.addr,
+        "POST",
+        "/deposit",
+        Some(tok),
+        json!({"uuid": main, "amount": amount, "channel": "c", "transaction_number": txn}),
+    )
+}
+
+/// Drops the timing fields of an answer.
+fn strip(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        for k in ["start_time", "end_time", "execution_time"] {
+            o.remove(k);
+        }
+    }
+    v
+}
+
+/// Everything a user's tree shows: the whole tree with its aggregates, and the logs of `uuids`.
+fn whole_tree(n: &Node, tok: &str, main: &str, uuids: &[&str]) -> Vec<Value> {
+    let mut out = vec![strip(get(n, tok, &format!("/get_minimal_tree?uuid={main}")))];
+    for u in uuids {
+        out.push(strip(get(n, tok, &format!("/get_transactions?uuid={u}"))));
+    }
+    out
+}
+
+/// The ids in a main account's log.
+fn main_ids(n: &Node, tok: &str, main: &str) -> Vec<String> {
+    let v = get(n, tok, &format!("/get_transactions?uuid={main}"));
+    v["transactions"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t["TransactionID"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn writes_on_one_node_are_read_on_the_other_at_once() {
+    let Some(db) = database("writes_on_one_node_are_read_on_the_other_at_once") else { return };
+    let (a, b) = (node(&db), node(&db));
+    let (tok, main) = user(&a, &b, "alice", 100);
+    let needs = ok(req(
+        b.addr,
+        "POST",
+        "/add_sub_account",
+        Some(&tok),
+        json!({"parent_uuid": main, "name": "Needs", "allocation": 0.6}),
+    ))["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_string();
+    let fun = ok(req(
+        a.addr,
+        "POST",
+        "/add_sub_account",
+        Some(&tok),
+        json!({"parent_uuid": main, "name": "Fun", "allocation": 0.4}),
+    ))["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_string();
+    let nodes = [&a, &b];
+    for i in 0..30u64 {
+        // Write on one node, read on the other: the very next read sees the write.
+        let (w, r) = (nodes[(i % 2) as usize], nodes[((i + 1) % 2) as usize]);
+        ok(deposit(w, &tok, &main, 10, &format!("D{i}")).expect("node answers"));
+        // Withdrawals of 1 from Needs happened after deposits 4, 9, 14...
+        let withdrawn = i / 5;
+        assert_eq!(total(r, &tok, &main), (100 + 10 * (i + 1) - withdrawn).to_string());
+        let needs_balance = get(r, &tok, &format!("/get_balance?uuid={needs}"))["balance"].to_string();
+        assert_eq!(needs_balance, (6 * (i + 1) - withdrawn).to_string());
+        if i % 5 == 4 {
+            ok(req(
+                r.addr,
+                "POST",
+                "/withdraw",
+                Some(&tok),
+                json!({"uuid": needs, "amount": 1, "channel": "c"}),
+            ));
+            assert!(get(w, &tok, &format!("/get_transactions?uuid={needs}"))["transactions"]
+                .as_array()
+                .is_some_and(|t| t.len() as u64 == i + 2 + i / 5));
+        }
+    }
+    let all = [main.as_str(), needs.as_str(), fun.as_str()];
+    assert_eq!(whole_tree(&a, &tok, &main, &all), whole_tree(&b, &tok, &main, &all));
+    // Deleting on one node: the other answers 404 for the user's tree at once.
+    let r = req(b.addr, "DELETE", &format!("/delete?uuid={main}"), Some(&tok), Value::Null);
+    assert_eq!(r.0, 200, "{}", r.1);
+    assert_eq!(req(a.addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null).0, 404);
+}
+
+#[test]
+fn one_transaction_number_sent_to_both_nodes_at_once_succeeds_once() {
+    let Some(db) = database("one_transaction_number_sent_to_both_nodes_at_once_succeeds_once") else {
+        return;
+    };
+    let (a, b) = (node(&db), node(&db));
+    let (tok, main) = user(&a, &b, "bob", 0);
+    for k in 0..20 {
+        let txn = format!("X{k}");
+        let statuses: Vec<u16> = std::thread::scope(|s| {
+            let hs: Vec<_> = [&a, &b]
+                .map(|n| {
+                    let (tok, main, txn) = (&tok, &main, &txn);
+                    s.spawn(move || deposit(n, tok, main, 5, txn).expect("node answers").0)
+                })
+                .into_iter()
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        let mut sorted = statuses.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![200, 409], "{txn}");
+    }
+    assert_eq!(total(&a, &tok, &main), "100");
+    assert_eq!(main_ids(&b, &tok, &main).len(), 20);
+    // Registering one id on both nodes at once: exactly one succeeds.
+    for k in 0..10 {
+        let id = format!("twin{k}");
+        let mut st: Vec<u16> = std::thread::scope(|s| {
+            let hs: Vec<_> = [&a, &b]
+                .map(|n| {
+                    let id = &id;
+                    s.spawn(move || {
+                        req(
+                            n.addr,
+                            "POST",
+                            "/register",
+                            None,
+                            json!({"user_id": id, "password": "secret123"}),
+                        )
+                        .0
+                    })
+                })
+                .into_iter()
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        st.sort();
+        assert_eq!(st, vec![200, 409], "{id}");
+    }
+}
+
+#[test]
+fn kill_9_of_one_node_mid_load_loses_no_acknowledged_write() {
+    let Some(db) = database("kill_9_of_one_node_mid_load_loses_no_acknowledged_write") else { return };
+    let a = node(&db);
+    let b = node(&db);
+    let users: Vec<(String, String)> = (0..4).map(|i| user(&a, &b, &format!("load{i}"), 1000)).collect();
+    let subs: Vec<String> = users
+        .iter()
+        .map(|(tok, main)| {
+            let r = ok(req(
+                a.addr,
+                "POST",
+                "/add_sub_account",
+                Some(tok),
+                json!({"parent_uuid": main, "name": "S", "allocation": 1}),
+            ));
+            r["uuid"].as_str().expect("uuid").to_string()
+        })
+        .collect();
+    let killed = AtomicBool::new(false);
+    let a_addr = a.addr;
+    let mut a = Some(a);
+    // Each writer deposits to its user through both nodes in turn (after the kill, through b
+    // only), and withdraws now and then; it records what was acknowledged and what was unknown.
+    let results: Vec<(BTreeSet<String>, BTreeSet<String>, i64)> = std::thread::scope(|s| {
+        let hs: Vec<_> = users
+            .iter()
+            .enumerate()
+            .map(|(w, (tok, main))| {
+                let (killed, b) = (&killed, &b);
+                s.spawn(move || {
+                    let (mut acked, mut unknown, mut withdrawn) = (BTreeSet::new(), BTreeSet::new(), 0i64);
+                    let deadline = Instant::now() + Duration::from_secs(4);
+                    let mut i = 0;
+                    while Instant::now() < deadline {
+                        let id = format!("W{w}-{i}");
+                        let via_a = i % 2 == 0 && !killed.load(Ordering::SeqCst);
+                        let addr = if via_a { a_addr } else { b.addr };
+                        let r = try_req(
+                            addr,
+                            "POST",
+                            "/deposit",
+                            Some(tok),
+                            json!({"uuid": main, "amount": 2, "channel": "c", "transaction_number": id}),
+                        );
+                        match r {
+                            Some((200, _)) => {
+                                acked.insert(id);
+                            }
+                            Some((st, v)) if via_a => {
+                                // Node a dying mid-request: the outcome is unknown.
+                                unknown.insert(id);
+                                assert!(st >= 500, "{st} {v}");
+                            }
+                            None if via_a => {
+                                unknown.insert(id);
+                            }
+                            other => panic!("node b failed a deposit: {other:?}"),
+                        }
+                        if i % 7 == 3 {
+                            let r = req(
+                                b.addr,
+                                "POST",
+                                "/withdraw",
+                                Some(tok),
+                                json!({"uuid": main, "amount": 1, "channel": "c"}),
+                            );
+                            assert_eq!(r.0, 200, "node b failed a withdrawal: {}", r.1);
+                            withdrawn += 1;
+                        }
+                        i += 1;
+                    }
+                    (acked, unknown, withdrawn)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1500));
+        killed.store(true, Ordering::SeqCst);
+        if let Some(mut n) = a.take() {
+            let _ = n.child.kill(); // SIGKILL
+            let _ = n.child.wait();
+        }
+        hs.into_iter().map(|h| h.join().expect("writer")).collect()
+    });
+    let c = node(&db);
+    for (((tok, main), (acked, unknown, withdrawn)), sub) in users.iter().zip(&results).zip(&subs) {
+        assert!(acked.len() > 10, "too little load: {}", acked.len());
+        let ids: BTreeSet<String> =
+            main_ids(&b, tok, main).into_iter().filter(|i| i.starts_with('W')).collect();
+        // Every acknowledged deposit is there; nothing else but deposits of unknown outcome.
+        assert!(acked.is_subset(&ids), "lost: {:?}", acked.difference(&ids).collect::<Vec<_>>());
+        assert!(ids.difference(acked).all(|i| unknown.contains(i)));
+        // Money is conserved: 1000 initial + 2 per deposit in the log - the withdrawals.
+        let expected = 1000 + 2 * ids.len() as i64 - withdrawn;
+        assert_eq!(total(&b, tok, main), expected.to_string());
+        assert_eq!(total(&c, tok, main), expected.to_string());
+        let all = [main.as_str(), sub.as_str()];
+        assert_eq!(whole_tree(&b, tok, main, &all), whole_tree(&c, tok, main, &all));
+    }
+}
