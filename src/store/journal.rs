@@ -246,21 +246,6 @@ impl Shared {
     }
 }
 
-/// Rows an operation writes (the commit-size metric).
-fn op_rows(op: &Op) -> usize {
-    match op {
-        Op::Commit { change: c, .. } => {
-            1 + c.accounts.len()
-                + c.records.len()
-                + c.days.len()
-                + c.track.len()
-                + c.main_txids.len()
-                + c.removed.len()
-        }
-        Op::DeleteUser { .. } => 1,
-    }
-}
-
 fn main_txids(op: &Op) -> (u64, &[String]) {
     match op {
         Op::Commit { user, change } => (user.user_no, &change.main_txids),
@@ -742,7 +727,7 @@ impl Store for JournalStore {
     }
 
     fn commit(&self, op: Op, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
-        let timer = crate::metrics::CommitTimer::start(op_rows(&op));
+        let timer = crate::metrics::CommitTimer::start(op.rows());
         let (ack, rx) = tokio::sync::oneshot::channel();
         let queued = (|| {
             if self.shared.broken.load(Ordering::Acquire) {

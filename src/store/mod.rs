@@ -80,6 +80,23 @@ pub enum Op {
     DeleteUser { user: UserRecord },
 }
 
+impl Op {
+    /// Rows the operation writes (the commit-size metric).
+    pub fn rows(&self) -> usize {
+        match self {
+            Op::Commit { change: c, .. } => {
+                1 + c.accounts.len()
+                    + c.records.len()
+                    + c.days.len()
+                    + c.track.len()
+                    + c.main_txids.len()
+                    + c.removed.len()
+            }
+            Op::DeleteUser { .. } => 1,
+        }
+    }
+}
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A user's row in a shared engine: (user number, version). The version grows by one with every

@@ -533,8 +533,14 @@ impl WriteTxn for PgWrite {
 
     fn commit(self: Box<Self>, op: Op) -> BoxFuture<'static, Result<u64, StoreError>> {
         Box::pin(async move {
+            let _timer = crate::metrics::CommitTimer::start(op.rows());
             let version = apply(self.txn.c()?, &op).await?;
-            self.txn.commit().await?;
+            {
+                // PostgreSQL makes the transaction durable at COMMIT (its own group commit).
+                let _flush = crate::metrics::flush_timer();
+                self.txn.commit().await?;
+            }
+            crate::metrics::flush_commits(1);
             Ok(version)
         })
     }

@@ -204,8 +204,10 @@ impl Users {
         let cached = slot.state.read().clone();
         let stored = sh.version(user_id).await?;
         if fresh(&cached, stored) {
+            crate::metrics::user_cache_hit();
             return Ok(cached.flatten());
         }
+        crate::metrics::user_cache_miss();
         let s = match stored {
             Some(_) => self.checked(user_id, sh.load_versioned(user_id).await?)?,
             None => None,
@@ -257,7 +259,13 @@ impl Users {
             let left = wait.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
             let txn = sh.begin_write(user_id, left).await?;
             let cached = slot.state.read().clone();
-            let current = if fresh(&cached, txn.locked()) {
+            let hit = fresh(&cached, txn.locked());
+            if hit {
+                crate::metrics::user_cache_hit();
+            } else {
+                crate::metrics::user_cache_miss();
+            }
+            let current = if hit {
                 cached.flatten()
             } else if txn.locked().is_none() {
                 None
