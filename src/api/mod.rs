@@ -6,6 +6,7 @@ mod analytics;
 mod attrs;
 mod auth;
 mod money;
+mod sync;
 mod tree;
 
 use std::sync::Arc;
@@ -88,6 +89,7 @@ pub async fn call(app: &App, ep: Ep, rq: &Rq) -> Result<Obj, ApiError> {
         Ep::GetFreq => attrs::get_freq(app, rq).await,
         Ep::SetPeriods => attrs::set_periods(app, rq).await,
         Ep::GetPeriods => attrs::get_periods(app, rq).await,
+        Ep::Changes => sync::changes(app, rq).await,
     }
 }
 

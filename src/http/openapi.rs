@@ -370,6 +370,30 @@ fn describe(ep: Ep) -> Doc {
         Ep::GetPeriods => {
             doc("A grandchild account's number of periods", vec![UUID], vec![("uuid", s()), ("periods", n())])
         }
+        Ep::Changes => doc(
+            "Delta sync: accounts changed and transactions appended since a server_knowledge, paged",
+            vec![
+                (
+                    "since",
+                    T::Int,
+                    false,
+                    "The server_knowledge of the client's last complete sync; 0 (default) lists everything.",
+                ),
+                ("limit", T::Int, false, "Page size (accounts plus transactions), 1..1000; default 1000."),
+                ("cursor", T::Str, false, "next_cursor of the previous page, with the same since."),
+            ],
+            vec![
+                ("since", i()),
+                ("server_knowledge", i()),
+                ("full_listing", json!({"type": "boolean"})),
+                ("accounts", json!({"type": "array", "items": {"$ref": "#/components/schemas/SyncAccount"}})),
+                (
+                    "transactions",
+                    json!({"type": "array", "items": {"$ref": "#/components/schemas/SyncTransaction"}}),
+                ),
+                ("next_cursor", ns()),
+            ],
+        ),
         Ep::Ops(op) => Doc {
             summary: match op {
                 Op::Healthz => "Liveness probe: the process answers",
@@ -663,6 +687,42 @@ fn components() -> Value {
                     "amount_due": {"type": "number"},
                     "overall_balance": {"type": "number"},
                     "Date": {"type": "string", "description": "YYYY-MM-DD HH:MM:SS, UTC."}
+                }
+            },
+            "SyncAccount": {
+                "type": "object",
+                "description": "An account changed since `since`: its current state in the shape of /find_account_by_uuid, or {uuid, deleted: true}.",
+                "required": ["uuid"],
+                "properties": {
+                    "uuid": {"type": "string"},
+                    "deleted": {"const": true},
+                    "name": {"type": "string"},
+                    "path": {"type": "string"},
+                    "type": {"type": "string"},
+                    "balance": {"type": "number"},
+                    "total_balance": {"type": "number"},
+                    "amount_due": {"type": ["number", "null"]},
+                    "total_amount_due": {"type": "number"},
+                    "allocation": {"type": ["number", "null"]},
+                    "parent_uuid": {"type": ["string", "null"]}
+                }
+            },
+            "SyncTransaction": {
+                "type": "object",
+                "description": "A transaction record (shape of /get_transactions) with its account and the knowledge of the write that appended it (null in full listings).",
+                "required": ["Type", "By", "TransactionID", "Channel", "Amount", "Balance", "amount_due", "overall_balance", "Date", "account_uuid", "knowledge"],
+                "properties": {
+                    "Type": {"enum": ["Deposit", "Withdrawal"]},
+                    "By": {"type": "string"},
+                    "TransactionID": {"type": "string"},
+                    "Channel": {"type": "string"},
+                    "Amount": {"type": "number"},
+                    "Balance": {"type": "number"},
+                    "amount_due": {"type": "number"},
+                    "overall_balance": {"type": "number"},
+                    "Date": {"type": "string"},
+                    "account_uuid": {"type": "string"},
+                    "knowledge": {"type": ["integer", "null"]}
                 }
             },
             "TreeNode": {
