@@ -163,7 +163,7 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             .str("uuid", &uuid)
             .str("message", &format!("Account for user_id '{user_id}' deleted successfully.")));
     }
-    mutate_locked(guard, cur, rq.now(), |ctx, _| {
+    mutate_locked(app, guard, cur, rq, |ctx, _| {
         let x = find(ctx.tree, &uuid, not_found)?.uuid;
         ctx.delete_sub(x).map_err(engine_err)?;
         Ok(Obj::new()

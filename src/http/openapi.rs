@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
 
+use super::idem;
 use super::openapi_errors::{Row, TABLES};
 use super::router::{Ep, Op, ROUTES};
 
@@ -485,7 +486,7 @@ fn error_rows(path: &str) -> Vec<&'static Row> {
     rows
 }
 
-fn error_response(status: u16, rows: &[&Row], bearer: bool, prefix: &str) -> Value {
+fn error_response(status: u16, rows: &[&Row], bearer: bool, prefix: &str, keyed: bool) -> Value {
     let what = match status {
         400 => "A parameter is missing or invalid. Besides the rows below: `Invalid request body` for a \
 malformed JSON body or one that is not an object, and `Invalid value for parameter '<name>'` for an array \
@@ -496,6 +497,7 @@ of several values or a non-empty object as a value",
         403 => "Not allowed",
         404 => "Not found",
         409 => "Conflict with existing data",
+        422 => "Unprocessable request",
         413 => "Request body larger than 1 MiB (success, status, error only)",
         429 => "Rate limit (`Rate limit exceeded. Try later.`, per user; `Rate limit exceeded. Try again later.`, \
 per IP on token-exempt paths) or failed-attempt backoff (`Too many failed attempts. Wait <X> seconds.`); \
@@ -518,7 +520,21 @@ Retry-After says when to retry",
             text.push_str(&format!(" ({})", r.status_note));
         }
     }
+    if keyed {
+        match status {
+            400 => text.push_str(&format!("\n- `Idempotency-Key` header empty, longer than 255 or not visible ASCII: `{}`", idem::BAD_KEY)),
+            409 => text.push_str(&format!("\n- a request with the same `Idempotency-Key` is still running: `{}`", idem::RUNNING)),
+            422 => text.push_str(&format!(
+                "\n- the `Idempotency-Key` was used within 24 h with another request (method, path, query, content type or body): `{}`",
+                idem::MISMATCH
+            )),
+            _ => {}
+        }
+    }
     let mut headers = common_headers(status != 401);
+    if keyed && status < 500 && status != 401 && status != 413 && status != 429 {
+        headers["Idempotent-Replayed"] = json!({"$ref": "#/components/headers/IdempotentReplayed"});
+    }
     if status == 429 {
         headers["Retry-After"] = json!({"$ref": "#/components/headers/RetryAfter"});
     }
@@ -581,8 +597,9 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
             op.insert("security".into(), json!([{}, {"bearerAuth": []}]));
         }
     }
+    let keyed = idem::honoured(ep);
     if !d.params.is_empty() {
-        let query: Vec<Value> = d
+        let mut query: Vec<Value> = d
             .params
             .iter()
             .map(|p| {
@@ -590,6 +607,9 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
                 "schema": query_schema(p.1)})
             })
             .collect();
+        if keyed {
+            query.push(json!({"$ref": "#/components/parameters/IdempotencyKey"}));
+        }
         op.insert("parameters".into(), json!(query));
         let mut props = Map::new();
         for p in &d.params {
@@ -618,9 +638,13 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
     } else {
         json!({"application/json": {"schema": success_schema(ep, &d.fields)}})
     };
+    let mut ok_headers = common_headers(true);
+    if keyed {
+        ok_headers["Idempotent-Replayed"] = json!({"$ref": "#/components/headers/IdempotentReplayed"});
+    }
     responses.insert(
         "200".into(),
-        json!({"description": "Success", "headers": common_headers(true), "content": ok_content}),
+        json!({"description": "Success", "headers": ok_headers, "content": ok_content}),
     );
     let rows = error_rows(path);
     let mut statuses: Vec<u16> = rows.iter().flat_map(|r| r.statuses.iter().copied()).collect();
@@ -635,11 +659,14 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
     if d.auth != Auth::Public || ep == Ep::Register {
         statuses.push(401);
     }
+    if keyed {
+        statuses.extend([400, 409, 422]);
+    }
     statuses.sort_unstable();
     statuses.dedup();
     for st in statuses {
         let bearer = d.auth != Auth::Public;
-        responses.insert(st.to_string(), error_response(st, &rows, bearer, prefix));
+        responses.insert(st.to_string(), error_response(st, &rows, bearer, prefix, keyed));
     }
     op.insert("responses".into(), Value::Object(responses));
     Value::Object(op)
@@ -658,7 +685,14 @@ fn components() -> Value {
                 "schema": {"type": "string"}},
             "RateLimit": {"description": "IETF httpapi ratelimit-headers: \"default\";r=<remaining>;t=<seconds to reset>.",
                 "schema": {"type": "string"}},
-            "RetryAfter": {"description": "Whole seconds to wait.", "schema": {"type": "integer"}}
+            "RetryAfter": {"description": "Whole seconds to wait.", "schema": {"type": "integer"}},
+            "IdempotentReplayed": {"description": "true when this answer is the kept answer of an earlier request with the same Idempotency-Key (nothing ran again).",
+                "schema": {"const": "true"}}
+        },
+        "parameters": {
+            "IdempotencyKey": {"name": "Idempotency-Key", "in": "header", "required": false,
+                "description": "1 to 255 visible ASCII characters, unique per intended write (e.g. a UUID). The same key with the same request (method, path, query, content type, body bytes) within 24 h replays the first answer (2xx or 4xx; never a 5xx) and writes nothing; with another request it is a 422; while the first runs, a 409. At most 1000 keys are kept per user, the oldest dropped first.",
+                "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}}
         },
         "schemas": {
             "Error": {
