@@ -347,15 +347,13 @@ fn a_keyed_write_acknowledged_before_kill_9_replays_after_restart() {
 fn the_openapi_document_describes_the_header_on_write_operations() {
     let s = Srv::start();
     let doc = s.raw("GET", "/openapi.json", &[], Body::None).json;
-    let param = &doc["components"]["parameters"]["IdempotencyKey"];
-    assert_eq!((param["name"].as_str(), param["in"].as_str()), (Some("Idempotency-Key"), Some("header")));
     let has_key = |path: &str, method: &str| {
         let op = &doc["paths"][path][method];
         let keyed = op["parameters"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|p| p["$ref"] == json!("#/components/parameters/IdempotencyKey"));
+            .any(|p| p["name"] == json!("Idempotency-Key") && p["in"] == json!("header"));
         (keyed, op["responses"]["409"].is_object(), op["responses"]["422"].is_object())
     };
     assert_eq!(has_key("/deposit", "post"), (true, true, true));

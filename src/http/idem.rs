@@ -8,7 +8,7 @@
 //! 408) are not kept, so a client can retry them. Keys live 24 h, at most 1000 per user.
 
 use bytes::Bytes;
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::Method;
 
 use super::filter::Pass;
@@ -110,7 +110,7 @@ pub async fn begin(
         Err(e) => fail(e.into()),
         Ok(IdemCheck::Replay(rec)) => Begin::Answer(
             Reply::json(rec.status, rec.body)
-                .header(REPLAYED.parse().expect("static name"), HeaderValue::from_static("true")),
+                .header(HeaderName::from_static(REPLAYED), HeaderValue::from_static("true")),
         ),
         Ok(IdemCheck::Mismatch) => fail(ApiError::new(422, MISMATCH)),
         Ok(IdemCheck::Running) => fail(ApiError::new(409, RUNNING)),

@@ -608,7 +608,7 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
             })
             .collect();
         if keyed {
-            query.push(json!({"$ref": "#/components/parameters/IdempotencyKey"}));
+            query.push(idempotency_key_param());
         }
         op.insert("parameters".into(), json!(query));
         let mut props = Map::new();
@@ -672,6 +672,14 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
     Value::Object(op)
 }
 
+/// The `Idempotency-Key` header of the write operations (inline: tools that read parameters
+/// by name, like the CI's schemathesis preparation, do not follow `$ref`s).
+fn idempotency_key_param() -> Value {
+    json!({"name": "Idempotency-Key", "in": "header", "required": false,
+        "description": "1 to 255 visible ASCII characters, unique per intended write (e.g. a UUID). The same key with the same request (method, path, query, content type, body bytes) within 24 h replays the first answer (2xx or 4xx; never a 5xx) with Idempotent-Replayed: true and writes nothing; with another request it is a 422; while the first runs, a 409. At most 1000 keys are kept per user, the oldest dropped first.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}})
+}
+
 fn components() -> Value {
     json!({
         "securitySchemes": {
@@ -688,11 +696,6 @@ fn components() -> Value {
             "RetryAfter": {"description": "Whole seconds to wait.", "schema": {"type": "integer"}},
             "IdempotentReplayed": {"description": "true when this answer is the kept answer of an earlier request with the same Idempotency-Key (nothing ran again).",
                 "schema": {"const": "true"}}
-        },
-        "parameters": {
-            "IdempotencyKey": {"name": "Idempotency-Key", "in": "header", "required": false,
-                "description": "1 to 255 visible ASCII characters, unique per intended write (e.g. a UUID). The same key with the same request (method, path, query, content type, body bytes) within 24 h replays the first answer (2xx or 4xx; never a 5xx) and writes nothing; with another request it is a 422; while the first runs, a 409. At most 1000 keys are kept per user, the oldest dropped first.",
-                "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}}
         },
         "schemas": {
             "Error": {
