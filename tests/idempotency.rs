@@ -389,3 +389,19 @@ fn browsers_may_send_the_key_and_read_the_replay_header() {
     r.ok();
     assert!(r.header("access-control-expose-headers").unwrap_or("").contains("Idempotent-Replayed"));
 }
+
+#[test]
+fn replays_are_identical_in_the_reference_response_style_too() {
+    let s = Srv::start_with(|c| c.response_style = pfm::config::ResponseStyle::Reference);
+    let tok = s.token("id_style", "user");
+    let r = s.post(&tok, "/register", json!({"user_id": "id_style", "initial_balance": 0}));
+    let main = r.json["uuid"][0].as_str().unwrap().to_string();
+    let first = deposit(&s, &tok, "style", &main, "2.50");
+    assert_eq!(first.status, 200, "{}", first.text);
+    s.clock.advance_micros(2_000_000);
+    let again = deposit(&s, &tok, "style", &main, "2.50");
+    assert_eq!(
+        (again.text.as_str(), again.header("idempotent-replayed")),
+        (first.text.as_str(), Some("true"))
+    );
+}

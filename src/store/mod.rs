@@ -181,3 +181,39 @@ pub trait Store: Send + Sync + 'static {
     /// (shutdown).
     fn flush(&self) -> Result<(), StoreError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::engine::TxRecord;
+
+    fn rec() -> TxRecord {
+        TxRecord {
+            deposit: true,
+            by: "User".into(),
+            id: "T".into(),
+            channel: "c".into(),
+            amount: 1,
+            balance: 1,
+            amount_due: 0,
+            overall_balance: 1,
+            date: 0,
+        }
+    }
+
+    #[test]
+    fn a_change_row_lists_consecutive_records_as_ranges() {
+        let records = [(7, 3), (7, 4), (9, 0), (7, 5), (9, 1), (9, 3)];
+        let change = Change {
+            records: records.iter().map(|(a, s)| (*a, *s, rec())).collect(),
+            removed: vec![(11, 4)],
+            ..Change::default()
+        };
+        let row = SyncRow::of(5, &change).unwrap();
+        assert_eq!(row.knowledge, 5);
+        assert_eq!(row.removed, vec![11]);
+        assert_eq!(row.appended, vec![(7, 3, 3), (9, 0, 2), (9, 3, 1)]);
+        // A mutation that changed nothing raises no knowledge.
+        assert!(SyncRow::of(6, &Change::default()).is_none());
+    }
+}
