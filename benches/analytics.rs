@@ -118,6 +118,7 @@ fn run_once(f: &Fixture, ep: Ep, query: &str) {
         ident: Some(Identity { user_id: "bench".into(), role: "user".into() }),
         now_us: NOW * 1_000_000,
         has_auth: true,
+        idem: None,
     };
     let out = f.rt.block_on(call(&f.app, ep, &rq));
     assert!(out.is_ok(), "{query}");

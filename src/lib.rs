@@ -5,15 +5,16 @@
 //! - [`http`]: the server (accept loop, connection bound, graceful shutdown), the global filter
 //!   (request id, CORS, bearer JWT, rate limits, backoff), the router, parameter extraction from
 //!   query/JSON/form, and the response envelope; also the operational endpoints (health probes,
-//!   metrics, the OpenAPI document generated from the route table) and the access log. Nothing
-//!   below it sees hyper types.
+//!   metrics, the OpenAPI document generated from the route table), the access log and the
+//!   `Idempotency-Key` check and replay. Nothing below it sees hyper types.
 //! - [`api`]: one handler per endpoint, all of one shape: check parameters in the order of the
 //!   endpoint's error table, then read a snapshot or run a mutation under the user's lock.
 //! - [`domain`]: pure money and tree logic: exact decimals and dates, the account tree with its
 //!   precomputed aggregates, and the money engine (deposit, split, capping, rollover...).
 //! - [`store`]: the `Store` trait and its engines (embedded: journal + sled; shared by several
 //!   nodes: PostgreSQL), key/value encoding, group commit, `pfm migrate`, and the per-user cache
-//!   that serialises writers and gives readers consistent snapshots.
+//!   that serialises writers and gives readers consistent snapshots; with each write it stores
+//!   the delta-sync change row and any idempotency key, atomically.
 //! - [`auth`]: JWT verify/issue, Argon2id passwords off the async workers, rate limits, backoff.
 //! - [`app`], [`config`], [`clock`]: the shared state, configuration (env + flags), and the one
 //!   injectable clock.

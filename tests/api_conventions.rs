@@ -371,7 +371,7 @@ fn cors_exposes_the_ratelimit_and_request_id_headers_to_browsers() {
     assert_eq!(r.header("access-control-allow-origin"), Some("https://app.example"));
     assert_eq!(
         r.header("access-control-expose-headers"),
-        Some("RateLimit, RateLimit-Policy, Retry-After, X-Request-Id")
+        Some("Idempotent-Replayed, RateLimit, RateLimit-Policy, Retry-After, X-Request-Id")
     );
     assert!(Srv::start()
         .raw("GET", "/healthz", &[], Body::None)

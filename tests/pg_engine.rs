@@ -91,7 +91,7 @@ fn the_unique_key_refuses_a_second_deposit_id_whatever_the_cache_says() {
             ledger: tree.ledger.clone(),
             ..Change::default()
         };
-        Op::Commit { user: user.clone(), change }
+        Op::Commit { user: user.clone(), change, sync: None, idem: None }
     };
     rt.block_on(store.commit(op(log_len), 0)).expect("first commit");
     match rt.block_on(store.commit(op(log_len + 1), 0)) {

@@ -50,6 +50,11 @@ pub async fn get_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 pub fn record_json(r: &TxRecord) -> String {
+    record_obj(r).finish()
+}
+
+/// The fields of one record in the SPEC 8.3 shape.
+pub fn record_obj(r: &TxRecord) -> Obj {
     Obj::new()
         .str("Type", if r.deposit { "Deposit" } else { "Withdrawal" })
         .str("By", &r.by)
@@ -60,7 +65,6 @@ pub fn record_json(r: &TxRecord) -> String {
         .money("amount_due", r.amount_due)
         .money("overall_balance", r.overall_balance)
         .str("Date", &fmt_datetime(r.date))
-        .finish()
 }
 
 fn log_json(recs: &[TxRecord]) -> String {
@@ -69,7 +73,7 @@ fn log_json(recs: &[TxRecord]) -> String {
 
 /// Largest page of /get_transactions (issue 8).
 pub const PAGE_MAX: i64 = 1000;
-const BAD_LIMIT: &str = "limit must be an integer between 1 and 1000";
+pub const BAD_LIMIT: &str = "limit must be an integer between 1 and 1000";
 const BAD_CURSOR: &str = "Invalid cursor";
 
 /// A page cursor: the sequence number of the page's first record and a tag of the account it

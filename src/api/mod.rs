@@ -6,6 +6,7 @@ mod analytics;
 mod attrs;
 mod auth;
 mod money;
+mod sync;
 mod tree;
 
 use std::sync::Arc;
@@ -17,10 +18,10 @@ use crate::domain::num::Dec;
 use crate::domain::tree::{check_invariants, Account, Tree};
 use crate::http::json::Obj;
 use crate::http::params::{NumVal, Params};
-use crate::http::response::ApiError;
+use crate::http::response::{envelope, ApiError};
 use crate::http::router::Ep;
 use crate::store::users::{UserState, WriteGuard};
-use crate::store::StoreError;
+use crate::store::{IdemRecord, StoreError};
 
 /// One request as a handler sees it.
 pub struct Rq {
@@ -28,6 +29,20 @@ pub struct Rq {
     pub ident: Option<Identity>,
     pub now_us: i64,
     pub has_auth: bool,
+    /// The request's `Idempotency-Key`, when it carries one and writes (issue 8 item 4).
+    pub idem: Option<IdemReq>,
+}
+
+/// An `Idempotency-Key` being honoured: a mutation keeps its answer in its own commit.
+pub struct IdemReq {
+    pub key: String,
+    /// Hash of the request (see `http::server`).
+    pub fingerprint: Vec<u8>,
+    /// The endpoint's 500 prefix, to render the envelope.
+    pub prefix: &'static str,
+    /// Set once a mutation committed the answer with its write: status and the exact body to
+    /// send (rendered once, timing included, so a replay is byte for byte the same).
+    pub kept: std::sync::Mutex<Option<(u16, String)>>,
 }
 
 impl Rq {
@@ -89,6 +104,7 @@ pub async fn call(app: &App, ep: Ep, rq: &Rq) -> Result<Obj, ApiError> {
         Ep::GetFreq => attrs::get_freq(app, rq).await,
         Ep::SetPeriods => attrs::set_periods(app, rq).await,
         Ep::GetPeriods => attrs::get_periods(app, rq).await,
+        Ep::Changes => sync::changes(app, rq).await,
     }
 }
 
@@ -135,22 +151,40 @@ where
 {
     let guard = app.users.lock(rq.user_id()?).await?;
     let cur = guard.current.clone().ok_or_else(no_tree)?;
-    mutate_locked(guard, cur, rq.now(), f).await
+    mutate_locked(app, guard, cur, rq, f).await
 }
 
 /// [`mutate`] for a caller that already holds the user's lock and has checked the tree exists.
-async fn mutate_locked<F>(guard: WriteGuard<'_>, cur: Arc<UserState>, now: i64, f: F) -> Result<Obj, ApiError>
+/// With an `Idempotency-Key`, the answer is rendered here and committed with the write.
+async fn mutate_locked<F>(
+    app: &App,
+    guard: WriteGuard<'_>,
+    cur: Arc<UserState>,
+    rq: &Rq,
+    f: F,
+) -> Result<Obj, ApiError>
 where
     F: FnOnce(&mut Ctx, &UserState) -> Result<Obj, ApiError>,
 {
     let mut tree = cur.tree.clone();
-    let mut ctx = Ctx::new(&mut tree, now);
+    let mut ctx = Ctx::new(&mut tree, rq.now());
     let fields = f(&mut ctx, &cur)?;
     let change = ctx.finish();
     if cfg!(debug_assertions) {
         check_invariants(&tree).map_err(|e| ApiError::Internal(format!("invariant broken: {e}")))?;
     }
-    guard.commit(change, tree).await.map_err(|e| match e {
+    let rec = rq.idem.as_ref().map(|i| {
+        let now = app.clock.now_micros();
+        let body = envelope(Ok(fields.clone()), i.prefix, rq.now_us, now).body;
+        IdemRecord {
+            key: i.key.clone(),
+            fingerprint: i.fingerprint.clone(),
+            created_us: now,
+            status: 200,
+            body,
+        }
+    });
+    guard.commit_keyed(change, tree, rec.clone()).await.map_err(|e| match e {
         // Only a shared engine refuses here: another node's deposit with this id won the race.
         StoreError::DuplicateTxid(id) => ApiError::new(
             409,
@@ -158,6 +192,11 @@ where
         ),
         e => e.into(),
     })?;
+    if let (Some(i), Some(r)) = (&rq.idem, rec) {
+        if let Ok(mut k) = i.kept.lock() {
+            *k = Some((r.status, r.body));
+        }
+    }
     Ok(fields)
 }
 

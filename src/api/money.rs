@@ -83,7 +83,7 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             }
         }
     }
-    mutate_locked(guard, cur, rq.now(), |ctx, _| {
+    mutate_locked(app, guard, cur, rq, |ctx, _| {
         let x = find(ctx.tree, &post.uuid, not_found)?.uuid;
         ctx.deposit(x, amount, post.txn.as_deref(), &post.by, &post.channel, post.date, Mode::External)
             .map_err(op_err("Deposit not allowed. Account is not active."))?;

@@ -6,7 +6,9 @@ use crate::app::App;
 use crate::domain::dates::parse_date;
 use crate::domain::frac::Frac;
 use crate::domain::num::fmt_scaled;
-use crate::domain::tree::{fmt_uuid, Account, Grand, Kind, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN, MAX_DEPTH};
+use crate::domain::tree::{
+    fmt_uuid, Account, Grand, Kind, Tree, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN, MAX_DEPTH,
+};
 use crate::http::json::{array, Obj};
 use crate::http::params::{check_len, money_cents};
 use crate::http::response::ApiError;
@@ -161,7 +163,7 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             .str("uuid", &uuid)
             .str("message", &format!("Account for user_id '{user_id}' deleted successfully.")));
     }
-    mutate_locked(guard, cur, rq.now(), |ctx, _| {
+    mutate_locked(app, guard, cur, rq, |ctx, _| {
         let x = find(ctx.tree, &uuid, not_found)?.uuid;
         ctx.delete_sub(x).map_err(engine_err)?;
         Ok(Obj::new()
@@ -222,8 +224,13 @@ pub async fn find_by_uuid(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let st = snapshot(app, rq).await?;
     let t = &st.tree;
     let a = find(t, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    Ok(account_obj(t, a, &uuid))
+}
+
+/// An account in the shape of /find_account_by_uuid (`uuid` as the caller spelled it).
+pub fn account_obj(t: &Tree, a: &Account, uuid: &str) -> Obj {
     let mut o = Obj::new()
-        .str("uuid", &uuid)
+        .str("uuid", uuid)
         .str("name", &a.name)
         .str("path", &t.path(a.uuid))
         .str("type", a.kind.wire())
@@ -239,5 +246,5 @@ pub async fn find_by_uuid(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     } else {
         o.null("allocation")
     };
-    Ok(o.opt_str("parent_uuid", a.parent.map(fmt_uuid).as_deref()))
+    o.opt_str("parent_uuid", a.parent.map(fmt_uuid).as_deref())
 }

@@ -4,6 +4,7 @@
 pub mod assets;
 pub mod conn_io;
 pub mod filter;
+pub mod idem;
 pub mod json;
 pub mod openapi;
 mod openapi_errors;

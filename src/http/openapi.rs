@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
 
+use super::idem;
 use super::openapi_errors::{Row, TABLES};
 use super::router::{Ep, Op, ROUTES};
 
@@ -370,6 +371,30 @@ fn describe(ep: Ep) -> Doc {
         Ep::GetPeriods => {
             doc("A grandchild account's number of periods", vec![UUID], vec![("uuid", s()), ("periods", n())])
         }
+        Ep::Changes => doc(
+            "Delta sync: accounts changed and transactions appended since a server_knowledge, paged",
+            vec![
+                (
+                    "since",
+                    T::Int,
+                    false,
+                    "The server_knowledge of the client's last complete sync; 0 (default) lists everything.",
+                ),
+                ("limit", T::Int, false, "Page size (accounts plus transactions), 1..1000; default 1000."),
+                ("cursor", T::Str, false, "next_cursor of the previous page, with the same since."),
+            ],
+            vec![
+                ("since", i()),
+                ("server_knowledge", i()),
+                ("full_listing", json!({"type": "boolean"})),
+                ("accounts", json!({"type": "array", "items": {"$ref": "#/components/schemas/SyncAccount"}})),
+                (
+                    "transactions",
+                    json!({"type": "array", "items": {"$ref": "#/components/schemas/SyncTransaction"}}),
+                ),
+                ("next_cursor", ns()),
+            ],
+        ),
         Ep::Ops(op) => Doc {
             summary: match op {
                 Op::Healthz => "Liveness probe: the process answers",
@@ -461,7 +486,7 @@ fn error_rows(path: &str) -> Vec<&'static Row> {
     rows
 }
 
-fn error_response(status: u16, rows: &[&Row], bearer: bool, prefix: &str) -> Value {
+fn error_response(status: u16, rows: &[&Row], bearer: bool, prefix: &str, keyed: bool) -> Value {
     let what = match status {
         400 => "A parameter is missing or invalid. Besides the rows below: `Invalid request body` for a \
 malformed JSON body or one that is not an object, and `Invalid value for parameter '<name>'` for an array \
@@ -472,6 +497,7 @@ of several values or a non-empty object as a value",
         403 => "Not allowed",
         404 => "Not found",
         409 => "Conflict with existing data",
+        422 => "Unprocessable request",
         413 => "Request body larger than 1 MiB (success, status, error only)",
         429 => "Rate limit (`Rate limit exceeded. Try later.`, per user; `Rate limit exceeded. Try again later.`, \
 per IP on token-exempt paths) or failed-attempt backoff (`Too many failed attempts. Wait <X> seconds.`); \
@@ -494,7 +520,21 @@ Retry-After says when to retry",
             text.push_str(&format!(" ({})", r.status_note));
         }
     }
+    if keyed {
+        match status {
+            400 => text.push_str(&format!("\n- `Idempotency-Key` header empty, longer than 255 or not visible ASCII: `{}`", idem::BAD_KEY)),
+            409 => text.push_str(&format!("\n- a request with the same `Idempotency-Key` is still running: `{}`", idem::RUNNING)),
+            422 => text.push_str(&format!(
+                "\n- the `Idempotency-Key` was used within 24 h with another request (method, path, query, content type or body): `{}`",
+                idem::MISMATCH
+            )),
+            _ => {}
+        }
+    }
     let mut headers = common_headers(status != 401);
+    if keyed && status < 500 && status != 401 && status != 413 && status != 429 {
+        headers["Idempotent-Replayed"] = json!({"$ref": "#/components/headers/IdempotentReplayed"});
+    }
     if status == 429 {
         headers["Retry-After"] = json!({"$ref": "#/components/headers/RetryAfter"});
     }
@@ -557,8 +597,9 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
             op.insert("security".into(), json!([{}, {"bearerAuth": []}]));
         }
     }
+    let keyed = idem::honoured(ep);
     if !d.params.is_empty() {
-        let query: Vec<Value> = d
+        let mut query: Vec<Value> = d
             .params
             .iter()
             .map(|p| {
@@ -566,6 +607,9 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
                 "schema": query_schema(p.1)})
             })
             .collect();
+        if keyed {
+            query.push(idempotency_key_param());
+        }
         op.insert("parameters".into(), json!(query));
         let mut props = Map::new();
         for p in &d.params {
@@ -594,9 +638,13 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
     } else {
         json!({"application/json": {"schema": success_schema(ep, &d.fields)}})
     };
+    let mut ok_headers = common_headers(true);
+    if keyed {
+        ok_headers["Idempotent-Replayed"] = json!({"$ref": "#/components/headers/IdempotentReplayed"});
+    }
     responses.insert(
         "200".into(),
-        json!({"description": "Success", "headers": common_headers(true), "content": ok_content}),
+        json!({"description": "Success", "headers": ok_headers, "content": ok_content}),
     );
     let rows = error_rows(path);
     let mut statuses: Vec<u16> = rows.iter().flat_map(|r| r.statuses.iter().copied()).collect();
@@ -611,14 +659,25 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
     if d.auth != Auth::Public || ep == Ep::Register {
         statuses.push(401);
     }
+    if keyed {
+        statuses.extend([400, 409, 422]);
+    }
     statuses.sort_unstable();
     statuses.dedup();
     for st in statuses {
         let bearer = d.auth != Auth::Public;
-        responses.insert(st.to_string(), error_response(st, &rows, bearer, prefix));
+        responses.insert(st.to_string(), error_response(st, &rows, bearer, prefix, keyed));
     }
     op.insert("responses".into(), Value::Object(responses));
     Value::Object(op)
+}
+
+/// The `Idempotency-Key` header of the write operations (inline: tools that read parameters
+/// by name, like the CI's schemathesis preparation, do not follow `$ref`s).
+fn idempotency_key_param() -> Value {
+    json!({"name": "Idempotency-Key", "in": "header", "required": false,
+        "description": "1 to 255 visible ASCII characters, unique per intended write (e.g. a UUID). The same key with the same request (method, path, query, content type, body bytes) within 24 h replays the first answer (2xx or 4xx; never a 5xx) with Idempotent-Replayed: true and writes nothing; with another request it is a 422; while the first runs, a 409. At most 1000 keys are kept per user, the oldest dropped first.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}})
 }
 
 fn components() -> Value {
@@ -634,7 +693,9 @@ fn components() -> Value {
                 "schema": {"type": "string"}},
             "RateLimit": {"description": "IETF httpapi ratelimit-headers: \"default\";r=<remaining>;t=<seconds to reset>.",
                 "schema": {"type": "string"}},
-            "RetryAfter": {"description": "Whole seconds to wait.", "schema": {"type": "integer"}}
+            "RetryAfter": {"description": "Whole seconds to wait.", "schema": {"type": "integer"}},
+            "IdempotentReplayed": {"description": "true when this answer is the kept answer of an earlier request with the same Idempotency-Key (nothing ran again).",
+                "schema": {"const": "true"}}
         },
         "schemas": {
             "Error": {
@@ -663,6 +724,42 @@ fn components() -> Value {
                     "amount_due": {"type": "number"},
                     "overall_balance": {"type": "number"},
                     "Date": {"type": "string", "description": "YYYY-MM-DD HH:MM:SS, UTC."}
+                }
+            },
+            "SyncAccount": {
+                "type": "object",
+                "description": "An account changed since `since`: its current state in the shape of /find_account_by_uuid, or {uuid, deleted: true}.",
+                "required": ["uuid"],
+                "properties": {
+                    "uuid": {"type": "string"},
+                    "deleted": {"const": true},
+                    "name": {"type": "string"},
+                    "path": {"type": "string"},
+                    "type": {"type": "string"},
+                    "balance": {"type": "number"},
+                    "total_balance": {"type": "number"},
+                    "amount_due": {"type": ["number", "null"]},
+                    "total_amount_due": {"type": "number"},
+                    "allocation": {"type": ["number", "null"]},
+                    "parent_uuid": {"type": ["string", "null"]}
+                }
+            },
+            "SyncTransaction": {
+                "type": "object",
+                "description": "A transaction record (shape of /get_transactions) with its account and the knowledge of the write that appended it (null in full listings).",
+                "required": ["Type", "By", "TransactionID", "Channel", "Amount", "Balance", "amount_due", "overall_balance", "Date", "account_uuid", "knowledge"],
+                "properties": {
+                    "Type": {"enum": ["Deposit", "Withdrawal"]},
+                    "By": {"type": "string"},
+                    "TransactionID": {"type": "string"},
+                    "Channel": {"type": "string"},
+                    "Amount": {"type": "number"},
+                    "Balance": {"type": "number"},
+                    "amount_due": {"type": "number"},
+                    "overall_balance": {"type": "number"},
+                    "Date": {"type": "string"},
+                    "account_uuid": {"type": "string"},
+                    "knowledge": {"type": ["integer", "null"]}
                 }
             },
             "TreeNode": {

@@ -1574,4 +1574,34 @@ pub static TABLES: &[(&str, &str, &[Row])] = &[
             },
         ],
     ),
+    (
+        "/changes",
+        "issue 8 (delta sync; not in the SPEC)",
+        &[
+            Row {
+                statuses: &[400],
+                status_note: r#"400"#,
+                condition: r#"`since` present and not a whole number from 0 to the user's server_knowledge"#,
+                error: r#"`since must be a whole number between 0 and server_knowledge` (the current knowledge follows in parentheses when `since` is ahead of it)"#,
+            },
+            Row {
+                statuses: &[400],
+                status_note: r#"400"#,
+                condition: r#"`limit` present and not a whole number from 1 to 1000"#,
+                error: r#"`limit must be an integer between 1 and 1000`"#,
+            },
+            Row {
+                statuses: &[400],
+                status_note: r#"400"#,
+                condition: r#"`cursor` present and not one the service issued for this user and this `since`"#,
+                error: r#"`Invalid cursor`"#,
+            },
+            Row {
+                statuses: &[404],
+                status_note: r#"404"#,
+                condition: r#"caller has no tree"#,
+                error: r#"`User not found or unauthorized access`"#,
+            },
+        ],
+    ),
 ];

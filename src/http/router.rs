@@ -44,6 +44,8 @@ pub enum Ep {
     GetFreq,
     SetPeriods,
     GetPeriods,
+    /// Delta sync (issue 8).
+    Changes,
     /// Operational endpoints answered by `http` itself, never by a handler.
     Ops(Op),
 }
@@ -116,6 +118,7 @@ routes! {
     GET "/readyz" => Ops(Readyz), "";
     GET "/metrics" => Ops(Metrics), "";
     GET "/openapi.json" => Ops(OpenApi), "";
+    GET "/changes" => Changes, "Failed to list changes";
 }
 
 /// Outcome of routing.

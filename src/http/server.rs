@@ -25,6 +25,7 @@ use tokio::sync::Semaphore;
 use super::assets;
 use super::conn_io::{ErrorAnswers, JsonErrors};
 use super::filter::{self, Pass};
+use super::idem;
 use super::json::reference_style;
 use super::ops;
 use super::params::Params;
@@ -116,7 +117,9 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
             // Without this a browser hides these headers from the page's script.
             resp.headers_mut().insert(
                 hyper::header::ACCESS_CONTROL_EXPOSE_HEADERS,
-                HeaderValue::from_static("RateLimit, RateLimit-Policy, Retry-After, X-Request-Id"),
+                HeaderValue::from_static(
+                    "Idempotent-Replayed, RateLimit, RateLimit-Policy, Retry-After, X-Request-Id",
+                ),
             );
         }
     }
@@ -175,6 +178,12 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
             return Reply::bare(400, "Invalid request body");
         }
     };
+    let (mut idem, keyed) =
+        match idem::begin(app, r, &pass, &parts.headers, parts.uri.query(), &body, start_us).await {
+            idem::Begin::Skip => (None, None),
+            idem::Begin::Answer(reply) => return reply,
+            idem::Begin::Run { req, run, user_id } => (Some(req), Some((run, user_id))),
+        };
     let ct = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let result = match Params::parse(parts.uri.query(), ct, &body) {
         Err(e) => Err(e),
@@ -184,15 +193,20 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
                 Pass::User(i) => Some(i),
                 Pass::Public => None,
             };
-            let rq = Rq { params, ident, now_us: start_us, has_auth };
+            let rq = Rq { params, ident, now_us: start_us, has_auth, idem: idem.take() };
             let fut = Box::pin(api::call(app, r.ep, &rq));
-            match CatchUnwind(fut).await {
+            let res = match CatchUnwind(fut).await {
                 Ok(res) => res,
                 Err(()) => Err(ApiError::Internal("handler panicked".into())),
-            }
+            };
+            idem = rq.idem;
+            res
         }
     };
-    envelope(result, r.prefix, start_us, app.clock.now_micros())
+    match (idem, keyed) {
+        (Some(req), Some((run, user_id))) => idem::finish(app, &user_id, run, req, result, start_us).await,
+        _ => envelope(result, r.prefix, start_us, app.clock.now_micros()),
+    }
 }
 
 /// Serves until `shutdown` resolves, then drains for up to [`DRAIN`] and flushes storage.

@@ -68,11 +68,15 @@ pub const LOG: u8 = b't';
 pub const MAIN_TXID: u8 = b'x';
 pub const DAY: u8 = b'd';
 pub const TRACK: u8 = b'k';
+/// Delta-sync change rows, by (user, knowledge).
+pub const CHANGE: u8 = b'c';
+/// Kept idempotency keys, by (user, key).
+pub const IDEM: u8 = b'i';
 /// Engine metadata: format version, and the last journal record applied.
 pub const META_FORMAT: &[u8] = b"m:format";
 pub const META_APPLIED: &[u8] = b"m:applied";
 /// Every per-user tag, for deleting a whole user.
-pub const USER_TAGS: [u8; 5] = [ACCOUNT, LOG, MAIN_TXID, DAY, TRACK];
+pub const USER_TAGS: [u8; 7] = [ACCOUNT, LOG, MAIN_TXID, DAY, TRACK, CHANGE, IDEM];
 
 pub fn user_key(user_id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + user_id.len());
@@ -122,6 +126,18 @@ pub fn parse_day_key(k: &[u8]) -> Option<(u128, i64)> {
 pub fn txid_key(user_no: u64, id: &str) -> Vec<u8> {
     let mut k = user_prefix(MAIN_TXID, user_no);
     k.extend_from_slice(id.as_bytes());
+    k
+}
+
+pub fn change_key(user_no: u64, knowledge: u64) -> Vec<u8> {
+    let mut k = user_prefix(CHANGE, user_no);
+    k.extend_from_slice(&knowledge.to_be_bytes());
+    k
+}
+
+pub fn idem_key(user_no: u64, key: &str) -> Vec<u8> {
+    let mut k = user_prefix(IDEM, user_no);
+    k.extend_from_slice(key.as_bytes());
     k
 }
 

@@ -40,12 +40,30 @@ use crate::domain::engine::TxRecord;
 use crate::domain::tree::{AccountId, Tree};
 
 use super::sled_store::SledStore;
-use super::{BoxFuture, Op, Store, StoreError, UserRecord};
+use super::{BoxFuture, Op, Store, StoreError, SyncRow, UserMeta, UserRecord};
 
 const MAGIC: u32 = 0x4C4E_4A50; // "PJNL"
 const HEADER: usize = 24;
-/// Format of a journal payload (the version byte that starts it).
-const PAYLOAD_FORMAT: u8 = 1;
+/// Format of a journal payload (the version byte that starts it). Format 1 records (before
+/// delta sync and idempotency keys) are still read, as [`OpV1`].
+const PAYLOAD_FORMAT: u8 = 2;
+const PAYLOAD_FORMAT_V1: u8 = 1;
+
+/// An operation as journal payload format 1 wrote it.
+#[derive(serde::Deserialize)]
+enum OpV1 {
+    Commit { user: UserRecord, change: crate::domain::engine::Change },
+    DeleteUser { user: UserRecord },
+}
+
+impl From<OpV1> for Op {
+    fn from(op: OpV1) -> Op {
+        match op {
+            OpV1::Commit { user, change } => Op::Commit { user, change, sync: None, idem: None },
+            OpV1::DeleteUser { user } => Op::DeleteUser { user },
+        }
+    }
+}
 /// A segment is closed and a new one started past this size.
 const SEGMENT_BYTES: u64 = 64 << 20;
 /// Most operations in one append + sync (bounds a batch's memory and latency).
@@ -225,10 +243,18 @@ fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, T
 }
 
 fn decode_payload(path: &Path, seq: u64, p: &[u8]) -> Result<Op, StoreError> {
+    let corrupt = |e: bincode::error::DecodeError| {
+        StoreError::Corrupt(format!("journal {} record {seq}: {e}", path.display()))
+    };
     match p.split_first() {
         Some((&PAYLOAD_FORMAT, body)) => bincode::serde::decode_from_slice(body, bincode::config::standard())
             .map(|(op, _)| op)
-            .map_err(|e| StoreError::Corrupt(format!("journal {} record {seq}: {e}", path.display()))),
+            .map_err(corrupt),
+        Some((&PAYLOAD_FORMAT_V1, body)) => {
+            bincode::serde::decode_from_slice::<OpV1, _>(body, bincode::config::standard())
+                .map(|(op, _)| op.into())
+                .map_err(corrupt)
+        }
         Some((v, _)) => Err(StoreError::NewerFormat(format!(
             "journal {} record {seq} has format {v}; this binary reads {PAYLOAD_FORMAT}: upgrade pfm",
             path.display()
@@ -248,7 +274,7 @@ impl Shared {
 
 fn main_txids(op: &Op) -> (u64, &[String]) {
     match op {
-        Op::Commit { user, change } => (user.user_no, &change.main_txids),
+        Op::Commit { user, change, .. } => (user.user_no, &change.main_txids),
         Op::DeleteUser { user } => (user.user_no, &[]),
     }
 }
@@ -712,6 +738,26 @@ impl Store for JournalStore {
         })
     }
 
+    fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
+        Box::pin(async move {
+            self.catch_up().await?;
+            self.shared.with_sled(|s| s.load_meta(user_no))
+        })
+    }
+
+    fn read_changes(
+        &self,
+        user_no: u64,
+        after: u64,
+        upto: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<SyncRow>, StoreError>> {
+        Box::pin(async move {
+            self.catch_up().await?;
+            self.shared.with_sled(|s| s.read_changes(user_no, after, upto, max))
+        })
+    }
+
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             // Queued operations first: the applier removes an id only after sled has it.
@@ -788,6 +834,23 @@ mod tests {
 
     fn segment(n: u64) -> Vec<u8> {
         (1..=n).flat_map(|s| encode_frame(s, &op(s)).unwrap()).collect()
+    }
+
+    #[test]
+    fn format_1_payloads_still_read_as_commits_without_sync_or_keys() {
+        let user = match op(4) {
+            Op::DeleteUser { user } => user,
+            Op::Commit { .. } => unreachable!(),
+        };
+        let commit = Op::Commit { user, change: Default::default(), sync: None, idem: None };
+        let mut p = vec![PAYLOAD_FORMAT];
+        bincode::serde::encode_into_std_write(&commit, &mut p, bincode::config::standard()).unwrap();
+        // Format 1 had no `sync` and `idem` fields: the same bytes without their two `None`s.
+        let mut v1 = p[..p.len() - 2].to_vec();
+        v1[0] = PAYLOAD_FORMAT_V1;
+        assert!(matches!(decode_payload(Path::new("x"), 1, &v1).unwrap(),
+            Op::Commit { user, sync: None, idem: None, .. } if user.user_no == 4));
+        assert!(decode_payload(Path::new("x"), 1, &p).is_ok());
     }
 
     #[test]

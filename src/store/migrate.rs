@@ -116,7 +116,9 @@ pub async fn migrate(from: &Side, to: &Side) -> Result<Report, StoreError> {
         let Some(mut whole) = read_whole(from.store(), id).await? else { continue };
         whole.record.user_no = to.store().new_user_no().await?;
         report.records += whole.change.records.len();
-        to.store().commit(Op::Commit { user: whole.record, change: whole.change }, 0).await?;
+        to.store()
+            .commit(Op::Commit { user: whole.record, change: whole.change, sync: None, idem: None }, 0)
+            .await?;
         report.users += 1;
     }
     // Verify: every user reads back equal (but for its user number) on the target.

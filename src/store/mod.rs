@@ -70,12 +70,81 @@ pub struct UserRecord {
     pub ledger: Ledger,
 }
 
+/// One committed data write as delta sync (`GET /changes`) lists it: a small row keyed by
+/// (user, knowledge), written in the same operation as the write.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncRow {
+    /// The user's `server_knowledge` after this write (1 is the registration).
+    pub knowledge: u64,
+    /// Accounts created or changed.
+    pub upserted: Vec<AccountId>,
+    /// Accounts removed.
+    pub removed: Vec<AccountId>,
+    /// Records appended: account, first sequence number, count.
+    pub appended: Vec<(AccountId, u64, u64)>,
+}
+
+impl SyncRow {
+    /// The row of `change`, or `None` when it changed no account and appended nothing (then the
+    /// knowledge does not move).
+    pub fn of(knowledge: u64, change: &Change) -> Option<SyncRow> {
+        let mut appended: Vec<(AccountId, u64, u64)> = Vec::new();
+        for (acc, seq, _) in &change.records {
+            match appended.iter_mut().find(|(a, first, n)| a == acc && first + *n == *seq) {
+                Some((_, _, n)) => *n += 1,
+                None => appended.push((*acc, *seq, 1)),
+            }
+        }
+        let row = SyncRow {
+            knowledge,
+            upserted: change.accounts.iter().map(|a| a.uuid).collect(),
+            removed: change.removed.iter().map(|(a, _)| *a).collect(),
+            appended,
+        };
+        let empty = row.upserted.is_empty() && row.removed.is_empty() && row.appended.is_empty();
+        (!empty).then_some(row)
+    }
+}
+
+/// A kept answer to a request that carried an `Idempotency-Key` (issue 8 item 4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdemRecord {
+    pub key: String,
+    /// Hash of the request (method, path, query, content type, body).
+    pub fingerprint: Vec<u8>,
+    /// When the first request was answered (clock microseconds); kept 24 h from then.
+    pub created_us: i64,
+    pub status: u16,
+    /// The answer's body, byte for byte.
+    pub body: String,
+}
+
+/// The key rows one commit writes and deletes (expired and evicted keys).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdemWrite {
+    pub put: Option<IdemRecord>,
+    pub remove: Vec<String>,
+}
+
+/// What is loaded with a user besides its tree: the delta-sync position and the kept keys.
+#[derive(Debug, Clone, Default)]
+pub struct UserMeta {
+    /// Knowledge of the user's last change row (0: none yet, e.g. a user of format 1 not
+    /// written since).
+    pub knowledge: u64,
+    pub idem: Vec<IdemRecord>,
+}
+
 /// One atomic, durable unit of work for an engine, in domain terms.
+// An operation is built once and moved into the journal queue: its size on the stack is of no
+// consequence, and boxing its parts would only add allocations.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Op {
-    /// Creates or updates a user: the user record (with the ledger after the change) and
-    /// everything the mutation changed in its tree.
-    Commit { user: UserRecord, change: Change },
+    /// Creates or updates a user: the user record (with the ledger after the change),
+    /// everything the mutation changed in its tree, its delta-sync row when it changed data,
+    /// and the idempotency key rows it stores or drops, all in the same atomic unit.
+    Commit { user: UserRecord, change: Change, sync: Option<SyncRow>, idem: Option<IdemWrite> },
     /// Removes a user and every row of its tree (main-account deletion).
     DeleteUser { user: UserRecord },
 }
@@ -153,6 +222,16 @@ pub trait Store: Send + Sync + 'static {
         from: u64,
         to: u64,
     ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>>;
+    /// The user's delta-sync knowledge and kept idempotency keys (read once, with the user).
+    fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>>;
+    /// Change rows of `user_no` with knowledge in `(after, upto]`, in order, at most `max`.
+    fn read_changes(
+        &self,
+        user_no: u64,
+        after: u64,
+        upto: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<SyncRow>, StoreError>>;
     /// Whether `id` is a transaction id in the main account's log of `user_no`.
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// A user number never used before.
@@ -172,5 +251,41 @@ pub trait Store: Send + Sync + 'static {
     /// The shared-engine side of this store, when other nodes may write to it too.
     fn shared(&self) -> Option<&dyn SharedStore> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::engine::TxRecord;
+
+    fn rec() -> TxRecord {
+        TxRecord {
+            deposit: true,
+            by: "User".into(),
+            id: "T".into(),
+            channel: "c".into(),
+            amount: 1,
+            balance: 1,
+            amount_due: 0,
+            overall_balance: 1,
+            date: 0,
+        }
+    }
+
+    #[test]
+    fn a_change_row_lists_consecutive_records_as_ranges() {
+        let records = [(7, 3), (7, 4), (9, 0), (7, 5), (9, 1), (9, 3)];
+        let change = Change {
+            records: records.iter().map(|(a, s)| (*a, *s, rec())).collect(),
+            removed: vec![(11, 4)],
+            ..Change::default()
+        };
+        let row = SyncRow::of(5, &change).unwrap();
+        assert_eq!(row.knowledge, 5);
+        assert_eq!(row.removed, vec![11]);
+        assert_eq!(row.appended, vec![(7, 3, 3), (9, 0, 2), (9, 3, 1)]);
+        // A mutation that changed nothing raises no knowledge.
+        assert!(SyncRow::of(6, &Change::default()).is_none());
     }
 }

@@ -23,10 +23,15 @@ use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
 
 use super::codec::{decode, decode_compat, encode};
-use super::{BoxFuture, Loaded, Op, SharedStore, Store, StoreError, UserRecord, Version, WriteTxn};
+use super::{
+    BoxFuture, Loaded, Op, SharedStore, Store, StoreError, SyncRow, UserMeta, UserRecord, Version, WriteTxn,
+};
 
 /// Migrations in order: (version, name, SQL). Append only; never edit an applied one.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "init", include_str!("migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "init", include_str!("migrations/0001_init.sql")),
+    (2, "sync_and_keys", include_str!("migrations/0002_sync_and_keys.sql")),
+];
 /// Serialises schema changes of nodes starting at the same time (any fixed number).
 const MIGRATION_LOCK: i64 = 0x7066_6d00;
 /// A connection attempt gives up after this (start and reconnects alike).
@@ -362,7 +367,7 @@ async fn next_user_no(c: &ClientWrapper) -> Result<u64, StoreError> {
 /// Writes the rows of `op` in the current transaction; returns the user's new version.
 async fn apply(c: &ClientWrapper, op: &Op) -> Result<u64, StoreError> {
     match op {
-        Op::Commit { user, change } => {
+        Op::Commit { user, change, sync, idem } => {
             let no = signed(user.user_no)?;
             let st = c
                 .prepare_cached(
@@ -381,11 +386,46 @@ async fn apply(c: &ClientWrapper, op: &Op) -> Result<u64, StoreError> {
             })?;
             let version = unsigned(col(&row, 0)?)?;
             change_rows(c, no, user.root, change).await?;
+            if let Some(row) = sync {
+                let st = c
+                    .prepare_cached("INSERT INTO change_rows (user_no, knowledge, body) VALUES ($1, $2, $3)")
+                    .await
+                    .map_err(pg_err)?;
+                c.execute(&st, &[&no, &signed(row.knowledge)?, &encode(row)?]).await.map_err(pg_err)?;
+            }
+            if let Some(w) = idem {
+                if !w.remove.is_empty() {
+                    let st = c
+                        .prepare_cached("DELETE FROM idem_keys WHERE user_no = $1 AND key = ANY($2)")
+                        .await
+                        .map_err(pg_err)?;
+                    c.execute(&st, &[&no, &w.remove]).await.map_err(pg_err)?;
+                }
+                if let Some(r) = &w.put {
+                    let st = c
+                        .prepare_cached(
+                            "INSERT INTO idem_keys (user_no, key, body) VALUES ($1, $2, $3) \
+                             ON CONFLICT (user_no, key) DO UPDATE SET body = EXCLUDED.body",
+                        )
+                        .await
+                        .map_err(pg_err)?;
+                    c.execute(&st, &[&no, &r.key, &encode(r)?]).await.map_err(pg_err)?;
+                }
+            }
             Ok(version)
         }
         Op::DeleteUser { user } => {
             let no = signed(user.user_no)?;
-            for table in ["accounts", "log_records", "day_rows", "tracker_rows", "main_txids", "users"] {
+            for table in [
+                "accounts",
+                "log_records",
+                "day_rows",
+                "tracker_rows",
+                "main_txids",
+                "change_rows",
+                "idem_keys",
+                "users",
+            ] {
                 let st = c
                     .prepare_cached(&format!("DELETE FROM {table} WHERE user_no = $1"))
                     .await
@@ -594,6 +634,58 @@ impl SharedStore for PgStore {
 }
 
 impl Store for PgStore {
+    fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
+        Box::pin(async move {
+            let c = self.conn().await?;
+            let no = signed(user_no)?;
+            let st = c
+                .prepare_cached("SELECT max(knowledge) FROM change_rows WHERE user_no = $1")
+                .await
+                .map_err(pg_err)?;
+            let row = c.query_one(&st, &[&no]).await.map_err(pg_err)?;
+            let knowledge = match row.try_get::<_, Option<i64>>(0).map_err(pg_err)? {
+                Some(k) => unsigned(k)?,
+                None => 0,
+            };
+            let st =
+                c.prepare_cached("SELECT body FROM idem_keys WHERE user_no = $1").await.map_err(pg_err)?;
+            let mut idem = Vec::new();
+            for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+                let body: Vec<u8> = row.try_get(0).map_err(pg_err)?;
+                idem.push(decode(&body)?);
+            }
+            Ok(UserMeta { knowledge, idem })
+        })
+    }
+
+    fn read_changes(
+        &self,
+        user_no: u64,
+        after: u64,
+        upto: u64,
+        max: usize,
+    ) -> BoxFuture<'_, Result<Vec<SyncRow>, StoreError>> {
+        Box::pin(async move {
+            if after >= upto {
+                return Ok(Vec::new());
+            }
+            let c = self.conn().await?;
+            let st = c
+                .prepare_cached(
+                    "SELECT body FROM change_rows WHERE user_no = $1 AND knowledge > $2 AND knowledge <= $3 \
+                     ORDER BY knowledge LIMIT $4",
+                )
+                .await
+                .map_err(pg_err)?;
+            let limit = i64::try_from(max).unwrap_or(i64::MAX);
+            let rows = c
+                .query(&st, &[&signed(user_no)?, &signed(after)?, &signed(upto)?, &limit])
+                .await
+                .map_err(pg_err)?;
+            rows.iter().map(|r| r.try_get::<_, Vec<u8>>(0).map_err(pg_err).and_then(|b| decode(&b))).collect()
+        })
+    }
+
     fn load_user<'a>(
         &'a self,
         user_id: &'a str,

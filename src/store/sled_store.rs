@@ -11,7 +11,7 @@ use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
 
 use super::codec::{self, decode, decode_compat, encode};
 use super::v1::AccountV1;
-use super::{Op, StoreError, UserRecord};
+use super::{IdemRecord, Op, StoreError, SyncRow, UserMeta, UserRecord};
 
 pub struct SledStore {
     db: sled::Db,
@@ -199,6 +199,35 @@ impl SledStore {
             .collect()
     }
 
+    /// The last change row's knowledge (one reverse seek) and every kept key of `user_no`.
+    pub fn load_meta(&self, user_no: u64) -> Result<UserMeta, StoreError> {
+        let last = self.db.scan_prefix(codec::user_prefix(codec::CHANGE, user_no)).next_back();
+        let knowledge = match last {
+            Some(kv) => decode::<SyncRow>(&kv.map_err(eng)?.1)?.knowledge,
+            None => 0,
+        };
+        let mut idem = Vec::new();
+        for kv in self.db.scan_prefix(codec::user_prefix(codec::IDEM, user_no)) {
+            idem.push(decode::<IdemRecord>(&kv.map_err(eng)?.1)?);
+        }
+        Ok(UserMeta { knowledge, idem })
+    }
+
+    pub fn read_changes(
+        &self,
+        user_no: u64,
+        after: u64,
+        upto: u64,
+        max: usize,
+    ) -> Result<Vec<SyncRow>, StoreError> {
+        if after >= upto {
+            return Ok(Vec::new());
+        }
+        let start = codec::change_key(user_no, after + 1);
+        let end = codec::change_key(user_no, upto);
+        self.db.range(start..=end).take(max).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode(&v))).collect()
+    }
+
     pub fn main_txid_exists(&self, user_no: u64, id: &str) -> Result<bool, StoreError> {
         self.db.contains_key(codec::txid_key(user_no, id)).map_err(eng)
     }
@@ -243,9 +272,20 @@ impl SledStore {
     /// Adds the rows of `op` to `b`.
     fn rows_into(&self, b: &mut sled::Batch, op: &Op) -> Result<(), StoreError> {
         match op {
-            Op::Commit { user, change } => {
+            Op::Commit { user, change, sync, idem } => {
                 b.insert(codec::user_key(&user.user_id), encode(user)?);
                 self.change_rows(b, user.user_no, change)?;
+                if let Some(row) = sync {
+                    b.insert(codec::change_key(user.user_no, row.knowledge), encode(row)?);
+                }
+                if let Some(w) = idem {
+                    for k in &w.remove {
+                        b.remove(codec::idem_key(user.user_no, k));
+                    }
+                    if let Some(r) = &w.put {
+                        b.insert(codec::idem_key(user.user_no, &r.key), encode(r)?);
+                    }
+                }
             }
             Op::DeleteUser { user } => {
                 b.remove(codec::user_key(&user.user_id));

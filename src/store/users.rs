@@ -25,7 +25,9 @@ use parking_lot::{Mutex, RwLock};
 use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{AccountId, Tree};
 
-use super::{Loaded, Op, SharedStore, Store, StoreError, UserRecord, Version, WriteTxn};
+use super::{
+    IdemRecord, IdemWrite, Loaded, Op, SharedStore, Store, StoreError, SyncRow, UserRecord, Version, WriteTxn,
+};
 
 /// Per-user lock wait limit (13.2 item 7).
 pub const LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -33,6 +35,11 @@ const SHARDS: usize = 64;
 /// Cached users per shard before idle ones are dropped (about 130k users in all); a dropped
 /// user is simply loaded again from storage on its next request.
 const SLOTS_PER_SHARD: usize = 2048;
+
+/// Idempotency keys are kept this long (issue 8 item 4)...
+pub const IDEM_TTL_US: i64 = 24 * 3600 * 1_000_000;
+/// ...and at most this many per user (the oldest is dropped first).
+pub const IDEM_MAX: usize = 1000;
 
 /// A user's record and tree, as loaded or as produced by a write.
 #[derive(Debug, Clone)]
@@ -44,6 +51,59 @@ pub struct UserState {
     pub basis: u64,
     /// The stored version this state is (shared engines; 0 on the embedded one).
     pub version: u64,
+    /// Delta-sync `server_knowledge`: raised by every committed data write.
+    pub knowledge: u64,
+    /// Kept idempotency keys, loaded with the user so a check reads no storage.
+    pub idem: Arc<HashMap<String, IdemRecord>>,
+}
+
+/// The outcome of checking an `Idempotency-Key` before running a request.
+pub enum IdemCheck {
+    /// Answered before with the same parameters: send this answer again.
+    Replay(IdemRecord),
+    /// Answered before with other parameters.
+    Mismatch,
+    /// A request with this key is running now.
+    Running,
+    /// Run the request; the key counts as running while this lives.
+    Proceed(IdemRun),
+}
+
+/// Marks a key as running for its user until dropped (also on error or cancellation).
+pub struct IdemRun {
+    slot: Arc<Slot>,
+    key: String,
+}
+
+impl Drop for IdemRun {
+    fn drop(&mut self) {
+        self.slot.idem_running.lock().remove(&self.key);
+    }
+}
+
+/// The key rows to write with `rec` given the kept `table` at `now_us`: expired keys are
+/// dropped, then the oldest while the user is at the bound. Returns the new table too.
+fn idem_write(
+    table: &HashMap<String, IdemRecord>,
+    rec: IdemRecord,
+) -> (IdemWrite, HashMap<String, IdemRecord>) {
+    let mut t = table.clone();
+    let mut remove: Vec<String> =
+        t.values().filter(|r| rec.created_us - r.created_us >= IDEM_TTL_US).map(|r| r.key.clone()).collect();
+    for k in &remove {
+        t.remove(k);
+    }
+    t.remove(&rec.key);
+    while t.len() >= IDEM_MAX {
+        let Some(oldest) = t.values().min_by_key(|r| (r.created_us, r.key.clone())).map(|r| r.key.clone())
+        else {
+            break;
+        };
+        t.remove(&oldest);
+        remove.push(oldest);
+    }
+    t.insert(rec.key.clone(), rec.clone());
+    (IdemWrite { put: Some(rec), remove }, t)
 }
 
 /// `None`: not known; `Some(None)`: known to have no tree.
@@ -59,6 +119,8 @@ struct Slot {
     /// Generation of the write whose state `state` holds; publishes never go backwards.
     published: AtomicU64,
     next_gen: AtomicU64,
+    /// Idempotency keys of requests running now.
+    idem_running: Mutex<std::collections::HashSet<String>>,
     /// Commits queued and not yet answered; `idle` wakes writers waiting for none.
     in_flight: AtomicUsize,
     idle: tokio::sync::Notify,
@@ -140,11 +202,15 @@ impl Users {
         let Some((user, tree)) = self.store.load_user(user_id).await? else {
             return Ok(None);
         };
-        self.checked(user_id, Some((user, tree, 0)))
+        self.checked(user_id, Some((user, tree, 0))).await
     }
 
     /// A loaded user as a state, after checking its tree's invariants.
-    fn checked(&self, user_id: &str, loaded: Option<Loaded>) -> Result<Option<Arc<UserState>>, StoreError> {
+    async fn checked(
+        &self,
+        user_id: &str,
+        loaded: Option<Loaded>,
+    ) -> Result<Option<Arc<UserState>>, StoreError> {
         let Some((user, tree, version)) = loaded else {
             return Ok(None);
         };
@@ -152,7 +218,9 @@ impl Users {
         if let Err(e) = crate::domain::tree::check_invariants(&tree) {
             return Err(StoreError::Codec(format!("stored tree of {user_id} fails invariants: {e}")));
         }
-        Ok(Some(Arc::new(UserState { user, tree, basis, version })))
+        let meta = self.store.load_meta(user.user_no).await?;
+        let idem = Arc::new(meta.idem.into_iter().map(|r| (r.key.clone(), r)).collect());
+        Ok(Some(Arc::new(UserState { user, tree, basis, version, knowledge: meta.knowledge, idem })))
     }
 
     /// The latest committed state of `user_id` (`None`: no such user).
@@ -209,7 +277,7 @@ impl Users {
         }
         crate::metrics::user_cache_miss();
         let s = match stored {
-            Some(_) => self.checked(user_id, sh.load_versioned(user_id).await?)?,
+            Some(_) => self.checked(user_id, sh.load_versioned(user_id).await?).await?,
             None => None,
         };
         // Any state of a given version is that version's state; keep the newer of this load and
@@ -248,6 +316,56 @@ impl Users {
         self.store.read_log(st.user.user_no, acc, start.min(len), end.min(len)).await
     }
 
+    /// Change rows `(after, upto]` of the committed state `st`, at most `max` (delta sync).
+    pub async fn read_changes(
+        &self,
+        st: &UserState,
+        after: u64,
+        upto: u64,
+        max: usize,
+    ) -> Result<Vec<SyncRow>, StoreError> {
+        self.store.read_changes(st.user.user_no, after, upto.min(st.knowledge), max).await
+    }
+
+    /// Checks `key` (request hash `fingerprint`) of `user_id` before its request runs. Keys
+    /// older than [`IDEM_TTL_US`] at `now_us` count as absent.
+    pub async fn idem_begin(
+        &self,
+        user_id: &str,
+        key: &str,
+        fingerprint: &[u8],
+        now_us: i64,
+    ) -> Result<IdemCheck, StoreError> {
+        let slot = self.slot(user_id);
+        if !slot.idem_running.lock().insert(key.to_string()) {
+            return Ok(IdemCheck::Running);
+        }
+        let run = IdemRun { slot, key: key.to_string() };
+        // The running mark is taken first: a first request that finishes meanwhile has
+        // published its key (durably) before dropping its mark.
+        let kept = match self.snapshot(user_id).await? {
+            Some(st) => st.idem.get(key).filter(|r| now_us - r.created_us < IDEM_TTL_US).cloned(),
+            None => None,
+        };
+        Ok(match kept {
+            Some(r) if r.fingerprint == fingerprint => IdemCheck::Replay(r),
+            Some(_) => IdemCheck::Mismatch,
+            None => IdemCheck::Proceed(run),
+        })
+    }
+
+    /// Keeps the answer `rec` of a request that wrote nothing (a 4xx, or a success that changed
+    /// nothing): an operation with only the key rows. Nothing is kept for a user without a tree.
+    pub async fn idem_keep(&self, user_id: &str, rec: IdemRecord) -> Result<(), StoreError> {
+        let guard = self.lock(user_id).await?;
+        let Some(cur) = guard.current.clone() else { return Ok(()) };
+        let (w, table) = idem_write(&cur.idem, rec);
+        let change = Change { ledger: cur.tree.ledger.clone(), ..Change::default() };
+        let next = UserState { idem: Arc::new(table), ..(*cur).clone() };
+        let op = Op::Commit { user: cur.user.clone(), change, sync: None, idem: Some(w) };
+        guard.finish(op, cur.basis, Some(next)).await
+    }
+
     /// Takes the user's write lock (FIFO), loading the state if needed.
     pub async fn lock(&self, user_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let slot = self.slot(user_id);
@@ -271,7 +389,7 @@ impl Users {
                 None
             } else {
                 // Another node wrote since this node cached the user: reload under the lock.
-                let s = self.checked(user_id, txn.load_user(user_id).await?)?;
+                let s = self.checked(user_id, txn.load_user(user_id).await?).await?;
                 *slot.state.write() = Some(s.clone());
                 s
             };
@@ -287,10 +405,8 @@ impl Users {
                 let durable = slot.state.read().clone();
                 let s = match durable {
                     Some(Some(st)) => Some(Arc::new(UserState {
-                        user: st.user.clone(),
-                        tree: st.tree.clone(),
                         basis: self.next_basis.fetch_add(1, Ordering::Relaxed),
-                        version: st.version,
+                        ..(*st).clone()
                     })),
                     Some(None) => None,
                     None => {
@@ -311,11 +427,31 @@ impl WriteGuard<'_> {
     /// Commits a mutation of the current tree durably, then publishes `tree` as the user's
     /// state. The user record follows the ledger the domain kept in the change.
     pub async fn commit(self, change: Change, tree: Tree) -> Result<(), StoreError> {
+        self.commit_keyed(change, tree, None).await
+    }
+
+    /// [`Self::commit`] that also keeps an idempotency key's answer, in the same operation.
+    pub async fn commit_keyed(
+        self,
+        change: Change,
+        tree: Tree,
+        rec: Option<IdemRecord>,
+    ) -> Result<(), StoreError> {
         let cur = self.current.clone().ok_or_else(|| StoreError::Engine("commit without a user".into()))?;
         let mut user = cur.user.clone();
         user.ledger = change.ledger.clone();
-        let next = UserState { user: user.clone(), tree, basis: cur.basis, version: 0 };
-        self.finish(Op::Commit { user, change }, cur.basis, Some(next)).await
+        let sync = SyncRow::of(cur.knowledge + 1, &change);
+        let knowledge = sync.as_ref().map_or(cur.knowledge, |r| r.knowledge);
+        let (idem, table) = match rec {
+            Some(rec) => {
+                let (w, t) = idem_write(&cur.idem, rec);
+                (Some(w), Arc::new(t))
+            }
+            None => (None, cur.idem.clone()),
+        };
+        let next =
+            UserState { user: user.clone(), tree, basis: cur.basis, version: 0, knowledge, idem: table };
+        self.finish(Op::Commit { user, change, sync, idem }, cur.basis, Some(next)).await
     }
 
     /// Commits a new user with its first tree (every account new, nothing logged yet).
@@ -326,8 +462,11 @@ impl WriteGuard<'_> {
             ..Change::default()
         };
         let basis = self.users.next_basis.fetch_add(1, Ordering::Relaxed);
-        let next = UserState { user: user.clone(), tree, basis, version: 0 };
-        self.finish(Op::Commit { user, change }, basis, Some(next)).await
+        // Registration is the user's first data write: knowledge 1.
+        let sync = SyncRow::of(1, &change);
+        let knowledge = sync.as_ref().map_or(0, |r| r.knowledge);
+        let next = UserState { user: user.clone(), tree, basis, version: 0, knowledge, idem: Arc::default() };
+        self.finish(Op::Commit { user, change, sync, idem: None }, basis, Some(next)).await
     }
 
     /// Removes the current user and every row of its tree.

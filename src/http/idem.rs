@@ -1,0 +1,158 @@
+//! `Idempotency-Key` at the HTTP edge (issue 8 item 4). On the endpoints that write a user's
+//! data, a request carrying the header is checked against the user's kept keys before it runs:
+//! the same key with the same request replays the first answer byte for byte (with
+//! `Idempotent-Replayed: true`) and runs nothing; with another request it is a 422; while the
+//! first request still runs, a 409. A handler's answer (2xx or 4xx) is kept: by the mutation's
+//! own commit when it writes (so a crash cannot separate the write from its key), else by an
+//! operation carrying only the key. 5xx answers and rejections before the handler (filter, 413,
+//! 408) are not kept, so a client can retry them. Keys live 24 h, at most 1000 per user.
+
+use bytes::Bytes;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::Method;
+
+use super::filter::Pass;
+use super::json::Obj;
+use super::response::{envelope, ApiError, Reply};
+use super::router::{Ep, Route};
+use crate::api::IdemReq;
+use crate::app::App;
+use crate::store::users::{IdemCheck, IdemRun};
+use crate::store::IdemRecord;
+
+pub const HEADER: &str = "idempotency-key";
+pub const REPLAYED: &str = "idempotent-replayed";
+/// Longest key accepted.
+pub const KEY_MAX: usize = 255;
+
+pub const BAD_KEY: &str = "Idempotency-Key must be 1 to 255 visible ASCII characters";
+pub const MISMATCH: &str = "Idempotency-Key was already used with other parameters";
+pub const RUNNING: &str = "A request with this Idempotency-Key is still running";
+
+/// Endpoints whose requests write a user's data: where the header is honoured. The public
+/// /register (no user to scope a key to; a repeat answers its own 4xx) and /login ignore it.
+pub fn honoured(ep: Ep) -> bool {
+    matches!(
+        ep,
+        Ep::Deposit
+            | Ep::Withdraw
+            | Ep::Distribute
+            | Ep::MoveBalance
+            | Ep::AddSubAccount
+            | Ep::SetChildAllocation
+            | Ep::Delete
+            | Ep::ChangeStatus
+            | Ep::SetPriority
+            | Ep::SetDueDate
+            | Ep::SetFixedAmount
+            | Ep::SetAccountType
+            | Ep::SetFreq
+            | Ep::SetPeriods
+    )
+}
+
+/// "Same parameters": a BLAKE2b-256 hash of the request as sent (method, path, query, content
+/// type and body bytes, each length-prefixed). A client retries by resending the same bytes.
+pub fn fingerprint(
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    ct: Option<&str>,
+    body: &[u8],
+) -> Vec<u8> {
+    use blake2::{Blake2b256, Digest};
+    let mut h = Blake2b256::new();
+    for part in [
+        method.as_str().as_bytes(),
+        path.as_bytes(),
+        query.unwrap_or("").as_bytes(),
+        ct.unwrap_or("").as_bytes(),
+        body,
+    ] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part);
+    }
+    h.finalize().to_vec()
+}
+
+/// What to do with a request before its handler runs.
+pub enum Begin {
+    /// No key, or an endpoint that ignores it.
+    Skip,
+    /// Answered already (replay, 409, 422, bad key).
+    Answer(Reply),
+    /// Run it; `run` marks the key as running until the answer is kept.
+    Run { req: IdemReq, run: IdemRun, user_id: String },
+}
+
+pub async fn begin(
+    app: &App,
+    r: &Route,
+    pass: &Pass,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: &Bytes,
+    start_us: i64,
+) -> Begin {
+    let (Some(value), Pass::User(ident)) = (headers.get(HEADER), pass) else { return Begin::Skip };
+    if !honoured(r.ep) {
+        return Begin::Skip;
+    }
+    let fail = |e: ApiError| Begin::Answer(envelope(Err(e), r.prefix, start_us, app.clock.now_micros()));
+    let key = value.as_bytes();
+    if key.is_empty() || key.len() > KEY_MAX || !key.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return fail(ApiError::bad(BAD_KEY));
+    }
+    let key = String::from_utf8_lossy(key).into_owned();
+    let ct = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let fp = fingerprint(&r.method, r.path, query, ct, body);
+    match app.users.idem_begin(&ident.user_id, &key, &fp, start_us).await {
+        Err(e) => fail(e.into()),
+        Ok(IdemCheck::Replay(rec)) => Begin::Answer(
+            Reply::json(rec.status, rec.body)
+                .header(HeaderName::from_static(REPLAYED), HeaderValue::from_static("true")),
+        ),
+        Ok(IdemCheck::Mismatch) => fail(ApiError::new(422, MISMATCH)),
+        Ok(IdemCheck::Running) => fail(ApiError::new(409, RUNNING)),
+        Ok(IdemCheck::Proceed(run)) => Begin::Run {
+            req: IdemReq { key, fingerprint: fp, prefix: r.prefix, kept: std::sync::Mutex::new(None) },
+            run,
+            user_id: ident.user_id.clone(),
+        },
+    }
+}
+
+/// The answer of a request that ran with a key, kept unless it is a 5xx or a 429.
+pub async fn finish(
+    app: &App,
+    user_id: &str,
+    run: IdemRun,
+    req: IdemReq,
+    result: Result<Obj, ApiError>,
+    start_us: i64,
+) -> Reply {
+    // Kept by the mutation's own commit: send exactly what was stored.
+    if let Some((status, body)) = req.kept.lock().ok().and_then(|mut k| k.take()) {
+        drop(run);
+        return Reply::json(status, body);
+    }
+    let keep = matches!(result, Ok(_) | Err(ApiError::Client(..)) | Err(ApiError::Bare(..)));
+    let now = app.clock.now_micros();
+    let reply = envelope(result, req.prefix, start_us, now);
+    if keep && reply.status < 500 && reply.headers.is_empty() {
+        let rec = IdemRecord {
+            key: req.key,
+            fingerprint: req.fingerprint,
+            created_us: now,
+            status: reply.status,
+            body: reply.body.clone(),
+        };
+        // A failure here loses only the key of a request that wrote nothing: a retry runs it
+        // again and answers the same.
+        if let Err(e) = app.users.idem_keep(user_id, rec).await {
+            tracing::warn!(error = %e, "idempotency key not kept");
+        }
+    }
+    drop(run);
+    reply
+}
