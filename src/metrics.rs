@@ -138,10 +138,28 @@ pub fn route_label(index: usize) -> &'static str {
 }
 
 /// One answered request.
+/// Statuses whose counters are cached per route (the rest are looked up by label).
+const CACHED_STATUSES: [u16; 8] = [200, 400, 401, 403, 404, 409, 429, 500];
+
+/// Per route, the counters of [`CACHED_STATUSES`]: a label lookup hashes and locks, and every
+/// request counts once, so the common ones are resolved once.
+static REQUEST_COUNTERS: LazyLock<Vec<[prometheus::IntCounter; 8]>> = LazyLock::new(|| {
+    (0..=crate::http::router::ROUTES.len())
+        .map(|r| CACHED_STATUSES.map(|s| M.requests.with_label_values(&[route_label(r), &s.to_string()])))
+        .collect()
+});
+
 pub fn request_observed(route: usize, status: u16, elapsed: Duration) {
     let m = &*M;
-    let code = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    m.requests.with_label_values(&[route_label(route), code.as_str()]).inc();
+    let cached = CACHED_STATUSES.iter().position(|s| *s == status);
+    match (cached, REQUEST_COUNTERS.get(route)) {
+        (Some(i), Some(row)) => row[i].inc(),
+        _ => {
+            let code =
+                hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+            m.requests.with_label_values(&[route_label(route), code.as_str()]).inc();
+        }
+    }
     if let Some(h) = m.latency.get(route) {
         h.observe(elapsed.as_secs_f64());
     }

@@ -72,15 +72,17 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     let started = std::time::Instant::now();
     let route = metrics::route_index(req.uri().path());
     let rid = request_id(&req);
+    // The access log's fields cost allocations: gather them only when the line will be written.
+    let log_on = tracing::enabled!(target: "access", tracing::Level::INFO);
     let method = req.method().clone();
-    let client = filter::client_ip(&app, req.headers(), peer.ip());
+    let client = if log_on { filter::client_ip(&app, req.headers(), peer.ip()) } else { String::new() };
     // Unknown paths are logged as sent (bounded); known ones by their route.
-    let unknown_path = (route == ROUTES.len()).then(|| bounded(req.uri().path(), 128).to_string());
+    let unknown_path = (log_on && route == ROUTES.len()).then(|| bounded(req.uri().path(), 128).to_string());
     let mut user = None;
     let mut reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
         Err(r) => r,
         Ok(passed) => {
-            if let Pass::User(i) = &passed.who {
+            if let (true, Pass::User(i)) = (log_on, &passed.who) {
                 user = Some(i.user_id.clone());
             }
             let mut r = dispatch(&app, req, passed.who).await;
@@ -164,8 +166,13 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
     let (parts, body) = req.into_parts();
     // A body that never (fully) arrives must not hold the connection: after the deadline the
     // answer is 408 and the connection closes, dropping whatever was left unread.
-    let deadline = Duration::from_secs(app.cfg.body_timeout_secs);
-    let read = tokio::time::timeout(deadline, Limited::new(body, MAX_BODY_BYTES).collect()).await;
+    // (A request without a body, most GETs, needs no timer.)
+    let read = if hyper::body::Body::is_end_stream(&body) {
+        Ok(Limited::new(body, MAX_BODY_BYTES).collect().await)
+    } else {
+        let deadline = Duration::from_secs(app.cfg.body_timeout_secs);
+        tokio::time::timeout(deadline, Limited::new(body, MAX_BODY_BYTES).collect()).await
+    };
     let Ok(read) = read else {
         return Reply::bare(408, "Request body not received in time")
             .header(CONNECTION, HeaderValue::from_static("close"));
