@@ -72,7 +72,41 @@ pub fn fmt_millis(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let day = day_of(secs);
     let t = secs - day * DAY_SECS;
-    format!("{}T{:02}:{:02}:{:02}.{:03}Z", fmt_day(day), t / 3600, (t / 60) % 60, t % 60, ms.rem_euclid(1000))
+    let (y, m, d) = civil_from_days(day);
+    if !(0..=9999).contains(&y) {
+        return format!(
+            "{}T{:02}:{:02}:{:02}.{:03}Z",
+            fmt_day(day),
+            t / 3600,
+            (t / 60) % 60,
+            t % 60,
+            ms.rem_euclid(1000)
+        );
+    }
+    // Every answer carries two of these: digits are pushed directly, without the fmt machinery.
+    let mut out = String::with_capacity(24);
+    push_digits(&mut out, y, 4);
+    let rest = [
+        ('-', i64::from(m), 2),
+        ('-', i64::from(d), 2),
+        ('T', t / 3600, 2),
+        (':', (t / 60) % 60, 2),
+        (':', t % 60, 2),
+        ('.', ms.rem_euclid(1000), 3),
+    ];
+    for (sep, v, width) in rest {
+        out.push(sep);
+        push_digits(&mut out, v, width);
+    }
+    out.push('Z');
+    out
+}
+
+/// `v` (0 <= v < 10^width) as exactly `width` decimal digits.
+fn push_digits(out: &mut String, v: i64, width: u32) {
+    for i in (0..width).rev() {
+        out.push(char::from(b'0' + ((v / 10_i64.pow(i)) % 10) as u8));
+    }
 }
 
 struct Cursor<'a> {
@@ -247,5 +281,29 @@ mod tests {
         assert_eq!(fmt_due(parse_date("2025-12-31T00:00:00Z").unwrap()), "2025-12-31");
         assert_eq!(fmt_due(parse_date("2025-08-15T14:30:00+02:00").unwrap()), "2025-08-15 12:30:00");
         assert_eq!(fmt_millis(1_752_137_415_123), "2025-07-10T08:50:15.123Z");
+    }
+}
+
+#[cfg(test)]
+mod fmt_millis_tests {
+    use super::*;
+
+    #[test]
+    fn fmt_millis_matches_the_general_formatting() {
+        for ms in [0i64, 1, 999, 1_752_137_415_123, 253_402_300_799_999, -1, -86_400_001, 253_402_300_800_000]
+        {
+            let secs = ms.div_euclid(1000);
+            let day = day_of(secs);
+            let t = secs - day * DAY_SECS;
+            let want = format!(
+                "{}T{:02}:{:02}:{:02}.{:03}Z",
+                fmt_day(day),
+                t / 3600,
+                (t / 60) % 60,
+                t % 60,
+                ms.rem_euclid(1000)
+            );
+            assert_eq!(fmt_millis(ms), want, "{ms}");
+        }
     }
 }

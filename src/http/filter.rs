@@ -126,7 +126,10 @@ pub fn run(
         ip_budget()?;
         return Err(Reply::bare(401, "Missing or invalid token"));
     };
-    let token = String::from_utf8_lossy(rest);
+    // Tokens are ASCII: borrow them as they are (the lossy copy only for broken bytes).
+    let token = std::str::from_utf8(rest)
+        .map(std::borrow::Cow::Borrowed)
+        .unwrap_or_else(|_| String::from_utf8_lossy(rest));
     let token = token.trim_matches(|c: char| c.is_ascii_whitespace());
     let Some(ident) = app.jwt.verify(token, t) else {
         ip_budget()?;
