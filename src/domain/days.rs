@@ -54,6 +54,15 @@ impl DaySums {
 struct Bucket {
     total: DaySums,
     days: BTreeMap<i64, DaySums>,
+    /// Cumulative sums inside the bucket: the entry of day d holds the bucket's days <= d, so a
+    /// partial bucket is two lookups (a write updates at most the bucket's 32 entries).
+    cum: BTreeMap<i64, DaySums>,
+}
+
+impl Bucket {
+    fn upto(&self, day: i64) -> DaySums {
+        self.cum.range(..=day).next_back().map(|(_, v)| *v).unwrap_or_default()
+    }
 }
 
 /// The day sums of one account (see the module comment).
@@ -77,6 +86,13 @@ impl DayLedger {
         self.spans.entry(span_of(day)).or_default().add(delta);
         let b = Arc::make_mut(self.buckets.entry(bucket_of(day)).or_default());
         b.total.add(delta);
+        if !b.cum.contains_key(&day) {
+            let base = b.upto(day);
+            b.cum.insert(day, base);
+        }
+        for (_, v) in b.cum.range_mut(day..) {
+            v.add(delta);
+        }
         let d = b.days.entry(day).or_default();
         d.add(delta);
         *d
@@ -120,13 +136,10 @@ impl DayLedger {
     }
 
     fn range_in_bucket(&self, b: i64, from: i64, to: i64) -> DaySums {
-        let mut s = DaySums::default();
-        if let Some(bk) = self.buckets.get(&b) {
-            for (_, d) in bk.days.range(from..=to) {
-                s.add(d);
-            }
+        match self.buckets.get(&b) {
+            Some(bk) => bk.upto(to).minus(&bk.upto(from - 1)),
+            None => DaySums::default(),
         }
-        s
     }
 
     /// The per-day sums of the days in `[from, to]` that have records, in day order.
