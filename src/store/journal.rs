@@ -792,8 +792,11 @@ impl Store for JournalStore {
                     *m.entry(id.clone()).or_insert(0) += 1;
                 }
             }
-            tx.send(Entry { seq, basis, frame, op, ack })
-                .map_err(|_| StoreError::Engine("the journal thread stopped".into()))?;
+            if let Err(back) = tx.send(Entry { seq, basis, frame, op, ack }) {
+                // Never queued: its ids must not answer 409 later.
+                forget_txids(&self.shared, std::iter::once(&back.0.op));
+                return Err(StoreError::Engine("the journal thread stopped".into()));
+            }
             sub.next_seq += 1;
             Ok(())
         })();
