@@ -120,6 +120,9 @@ struct Shared {
     broken: AtomicBool,
     /// Set while sled cannot apply durable operations (the applier retries, reopening it).
     stalled: AtomicBool,
+    /// Set while the journal's last append failed (a full disk): checkpoints wait, because a
+    /// sled flush then fails too and sled 0.34 refuses everything after a failed write.
+    append_failing: AtomicBool,
     /// Test hook: the next append fails as a full disk would.
     fail_next_append: AtomicBool,
 }
@@ -286,7 +289,7 @@ impl JournalStore {
         let sled = SledStore::open(dir)?;
         let jdir = dir.join("journal");
         std::fs::create_dir_all(&jdir).map_err(|e| io(&jdir, e))?;
-        let last_seq = replay(&sled, &jdir, true)?;
+        let last_seq = replay(&sled, &jdir, true, u64::MAX)?;
         let next_seq = last_seq + 1;
         let seg = segment_path(&jdir, next_seq);
         let file = OpenOptions::new().create(true).append(true).open(&seg).map_err(|e| io(&seg, e))?;
@@ -302,6 +305,7 @@ impl JournalStore {
             segments: Mutex::new(vec![(next_seq, seg.clone())]),
             broken: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
+            append_failing: AtomicBool::new(false),
             fail_next_append: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel::<Entry>();
@@ -369,7 +373,7 @@ impl Drop for JournalStore {
 /// sequence number in the journal (or sled's, if higher). At start (`at_start`), a torn tail is
 /// cut off and the segments are deleted once sled, flushed, holds all of them; while running
 /// (the applier recovering sled), the files are only read: the last one may be mid-append.
-fn replay(sled: &SledStore, jdir: &Path, at_start: bool) -> Result<u64, StoreError> {
+fn replay(sled: &SledStore, jdir: &Path, at_start: bool, upto: u64) -> Result<u64, StoreError> {
     let applied = sled.applied_seq()?;
     // Journal segments are deleted once a sled flush holds them; the marker says how far that
     // was. sled holding less means it lost flushed writes (its recovery stops at a damaged
@@ -394,7 +398,9 @@ fn replay(sled: &SledStore, jdir: &Path, at_start: bool) -> Result<u64, StoreErr
         let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
         let (frames, tail) = parse_segment(path, &bytes, i + 1 == segs.len())?;
         if !at_start {
-            for f in frames.iter().filter(|f| f.seq > applied) {
+            // Only records already answered: later ones may still wait for their sync, or be
+            // about to be cut off as a failed append.
+            for f in frames.iter().filter(|f| f.seq > applied && f.seq <= upto) {
                 sled.apply(&decode_payload(path, f.seq, &bytes[f.payload_start..f.end])?, f.seq)?;
                 last = last.max(f.seq);
             }
@@ -448,12 +454,22 @@ fn journal_thread(
             }
         }
         let last_seq = batch.last().map_or(0, |e| e.seq);
+        // Once the journal's tail is unknown (a failed append could not be cut off), nothing more
+        // is appended after it: every later entry fails until a restart sorts the tail out.
+        let broken = shared.broken.load(Ordering::Acquire);
         let (live, dead): (Vec<Entry>, Vec<Entry>) =
-            batch.into_iter().partition(|e| !poisoned.contains_key(&e.basis));
-        let mut failed: Vec<Op> = Vec::new();
+            batch.into_iter().partition(|e| !broken && !poisoned.contains_key(&e.basis));
+        let failed: Vec<Op> = Vec::new();
+        // Ids of refused operations leave the 409 index before their answer goes out, so a
+        // retry is never told "already made".
+        forget_txids(&shared, dead.iter().map(|e| &e.op));
         for e in dead {
-            let _ = e.ack.send(Err(StoreError::Refused("an earlier write this one builds on failed".into())));
-            failed.push(e.op);
+            let err = if broken {
+                StoreError::Engine("the journal takes no writes until a restart".into())
+            } else {
+                StoreError::Refused("an earlier write this one builds on failed".into())
+            };
+            let _ = e.ack.send(Err(err));
         }
         if live.is_empty() {
             finish_batch(&shared, &atx, Vec::new(), failed, last_seq, 0);
@@ -484,6 +500,7 @@ fn journal_thread(
         crate::metrics::flush_commits(live.len() as u64);
         match written {
             Ok(()) => {
+                shared.append_failing.store(false, Ordering::Release);
                 len += buf.len() as u64;
                 let mut durable = Vec::with_capacity(live.len());
                 let mut acks = Vec::with_capacity(live.len());
@@ -502,12 +519,14 @@ fn journal_thread(
                 tracing::error!(error = %err, file = %path.display(), "journal append failed; the batch is refused");
                 // Cut the partial append off so the file ends on a whole record again: then the
                 // batch is known not to be durable, and the journal goes on.
+                shared.append_failing.store(true, Ordering::Release);
                 let cut = file.set_len(len).and_then(|_| file.sync_all());
                 if let Err(e) = &cut {
                     tracing::error!(error = %e, "could not cut a failed append off the journal; refusing writes until restart");
                     shared.broken.store(true, Ordering::Release);
                 }
                 let msg = format!("journal append failed: {err}");
+                forget_txids(&shared, live.iter().map(|e| &e.op));
                 for e in live {
                     poisoned.insert(e.basis, ());
                     let r = if cut.is_ok() {
@@ -516,7 +535,6 @@ fn journal_thread(
                         StoreError::Engine(msg.clone())
                     };
                     let _ = e.ack.send(Err(r));
-                    failed.push(e.op);
                 }
                 finish_batch(&shared, &atx, Vec::new(), failed, last_seq, 0);
             }
@@ -634,9 +652,9 @@ fn apply_or_recover(shared: &Shared, ops: &[(u64, &Op)], applied: &mut u64) {
         let mut slot = shared.sled.write();
         // The old handle must be gone before sled's file lock can be taken again.
         drop(slot.take());
-        match SledStore::open(&shared.data_dir)
-            .and_then(|s| replay(&s, &shared.dir, false).map(|last| (s, last)))
-        {
+        match SledStore::open(&shared.data_dir).and_then(|s| {
+            replay(&s, &shared.dir, false, shared.handled.load(Ordering::Acquire)).map(|last| (s, last))
+        }) {
             Ok((s, last)) => {
                 *applied = (*applied).max(s.applied_seq().unwrap_or(0));
                 *slot = Some(s);
@@ -690,15 +708,22 @@ fn write_checkpoint(jdir: &Path, seq: u64) -> Result<(), StoreError> {
 
 /// Flushes sled, then deletes every closed segment whose records that flush covers.
 fn checkpoint(shared: &Shared) {
-    let covered = shared.processed.load(Ordering::Acquire);
-    let flushed = match shared.sled.read().as_ref() {
-        Some(s) => s.flush(),
-        None => Err(StoreError::Engine("storage is reopening".into())),
-    };
-    if let Err(e) = flushed {
-        tracing::error!(error = %e, "sled flush failed; keeping the journal");
+    if shared.append_failing.load(Ordering::Acquire) {
         return;
     }
+    // What sled holds, not what the applier has seen: failed records are seen but never applied,
+    // and the marker must never claim more than sled has.
+    let flushed = match shared.sled.read().as_ref() {
+        Some(s) => s.applied_seq().and_then(|covered| s.flush().map(|_| covered)),
+        None => Err(StoreError::Engine("storage is reopening".into())),
+    };
+    let covered = match flushed {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "sled flush failed; keeping the journal");
+            return;
+        }
+    };
     // The marker goes first: a segment is deleted only once the marker says sled holds it.
     if let Err(e) = write_checkpoint(&shared.dir, covered) {
         tracing::error!(error = %e, "could not record the checkpoint; keeping the journal");

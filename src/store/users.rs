@@ -516,41 +516,15 @@ impl WriteGuard<'_> {
         let durable = users.store.commit(op, basis);
         *slot.pending.lock() = Some(next.clone());
         drop(lock);
-        let res = durable.await;
-        {
-            let mut st = slot.state.write();
-            let mut pending = slot.pending.lock();
-            let same_basis = |k: &Known| match k {
-                Some(Some(s)) => s.basis == basis,
-                _ => true,
-            };
-            match &res {
-                Ok(()) => {
-                    if gen > slot.published.load(Ordering::Relaxed) {
-                        slot.published.store(gen, Ordering::Relaxed);
-                        *st = Some(next);
-                    }
-                }
-                // Known not stored: the durable state stays exact; writers rebase on it.
-                Err(StoreError::Refused(_)) => {
-                    if same_basis(&pending) {
-                        *pending = None;
-                    }
-                }
-                // The outcome is unknown: forget both states (unless a newer load already
-                // replaced them) so the next request reloads whatever storage holds.
-                Err(_) => {
-                    if same_basis(&pending) {
-                        *pending = None;
-                        *st = None;
-                    }
-                }
-            }
-        }
-        if slot.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            slot.idle.notify_waiters();
-        }
-        res
+        // The wait and the publish run in a task of their own: if the client goes away and the
+        // request's future is dropped, a write that becomes durable is still published and
+        // still counted out of `in_flight`.
+        let task = tokio::spawn(async move {
+            let res = durable.await;
+            settle(&slot, gen, basis, next, &res);
+            res
+        });
+        task.await.unwrap_or_else(|e| Err(StoreError::Engine(format!("commit task failed: {e}"))))
     }
 
     /// A user number never used before (for [`WriteGuard::create`]); on a shared engine, taken
@@ -569,6 +543,44 @@ impl WriteGuard<'_> {
             (Some(cur), None) => self.users.store.main_txid_exists(cur.user.user_no, id).await,
             (None, _) => Ok(false),
         }
+    }
+}
+
+/// Publishes a durable write, or drops the states a failed one built on (see the module
+/// comment), then counts it out of `in_flight`.
+fn settle(slot: &Slot, gen: u64, basis: u64, next: Option<Arc<UserState>>, res: &Result<(), StoreError>) {
+    {
+        let mut st = slot.state.write();
+        let mut pending = slot.pending.lock();
+        let same_basis = |k: &Known| match k {
+            Some(Some(s)) => s.basis == basis,
+            _ => true,
+        };
+        match res {
+            Ok(()) => {
+                if gen > slot.published.load(Ordering::Relaxed) {
+                    slot.published.store(gen, Ordering::Relaxed);
+                    *st = Some(next);
+                }
+            }
+            // Known not stored: the durable state stays exact; writers rebase on it.
+            Err(StoreError::Refused(_)) => {
+                if same_basis(&pending) {
+                    *pending = None;
+                }
+            }
+            // The outcome is unknown: forget both states (unless a newer load already
+            // replaced them) so the next request reloads whatever storage holds.
+            Err(_) => {
+                if same_basis(&pending) {
+                    *pending = None;
+                    *st = None;
+                }
+            }
+        }
+    }
+    if slot.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+        slot.idle.notify_waiters();
     }
 }
 
