@@ -340,16 +340,24 @@ impl Users {
         if !slot.idem_running.lock().insert(key.to_string()) {
             return Ok(IdemCheck::Running);
         }
-        let run = IdemRun { slot, key: key.to_string() };
+        let run = IdemRun { slot: slot.clone(), key: key.to_string() };
         // The running mark is taken first: a first request that finishes meanwhile has
         // published its key (durably) before dropping its mark.
         let kept = match self.snapshot(user_id).await? {
             Some(st) => st.idem.get(key).filter(|r| now_us - r.created_us < IDEM_TTL_US).cloned(),
             None => None,
         };
+        // A first request whose client went away may still be waiting for durability: its key
+        // is in the produced state already, so this one is still running, not new.
+        let queued = || {
+            let pending = slot.pending.lock();
+            let st = pending.as_ref().and_then(|k| k.as_ref());
+            st.and_then(|st| st.idem.get(key)).is_some_and(|r| now_us - r.created_us < IDEM_TTL_US)
+        };
         Ok(match kept {
             Some(r) if r.fingerprint == fingerprint => IdemCheck::Replay(r),
             Some(_) => IdemCheck::Mismatch,
+            None if queued() => IdemCheck::Running,
             None => IdemCheck::Proceed(run),
         })
     }
