@@ -300,8 +300,7 @@ impl Users {
 
     /// The whole log of account `acc` in the committed state `st` (the two log endpoints).
     pub async fn read_log(&self, st: &UserState, acc: AccountId) -> Result<Vec<TxRecord>, StoreError> {
-        let len = st.tree.get(acc).map_or(0, |a| a.log_len);
-        self.store.read_log(st.user.user_no, acc, 0, len).await
+        self.read_log_range(st, acc, 0, u64::MAX).await
     }
 
     /// Records `[start, end)` of account `acc`'s log, within the committed state `st` (a page).
