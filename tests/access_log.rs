@@ -2,75 +2,18 @@
 //! and JSON lines with LOG_FORMAT=json, carrying the request id, method, route, status, latency,
 //! user and client, and never a token or password.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::net::SocketAddr;
+
+use common::proc::{self, Proc};
 use serde_json::{json, Value};
 
 const PASSWORD: &str = "correct-horse-battery";
 
-struct Proc {
-    child: Child,
-    addr: SocketAddr,
-    lines: mpsc::Receiver<String>,
-}
-
-/// Starts the binary on a free port; its stderr lines arrive on `lines`.
-fn spawn(dir: &std::path::Path, envs: &[(&str, &str)]) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
-        .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
-        .arg(dir)
-        .env_remove("JWT_SECRET")
-        .env_remove("LOG_FORMAT")
-        .envs(envs.iter().copied())
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn pfm");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addr = loop {
-        let line = rx.recv_timeout(deadline - Instant::now()).expect("pfm exited before listening");
-        if !line.contains("pfm listening") {
-            continue;
-        }
-        // Text: `addr=127.0.0.1:N`; JSON: `"addr":"127.0.0.1:N"`.
-        let rest = line.split("addr=").nth(1).or_else(|| line.split("\"addr\":\"").nth(1)).expect("addr");
-        break rest
-            .split(|c: char| c.is_whitespace() || c == '"')
-            .next()
-            .unwrap()
-            .parse()
-            .expect("socket addr");
-    };
-    Proc { child, addr, lines: rx }
-}
-
 fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.write_all(req.as_bytes()).expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
-    let (head, body) = out.split_once("\r\n\r\n").expect("response");
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    let r = proc::send(addr, method, path, None, headers, body).expect("an answer");
+    (r.status, r.json)
 }
 
 /// Registers and logs in a user, then makes an authenticated request with a known request id
@@ -91,11 +34,10 @@ fn traffic(addr: SocketAddr) -> (String, String) {
     (tok, bad)
 }
 
-/// Stops the process (SIGTERM) and returns every line it wrote.
+/// Stops the process (SIGTERM) and returns every line it wrote after it listened.
 fn finish(mut p: Proc) -> Vec<String> {
-    let _ = Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status();
-    let _ = p.child.wait();
-    p.lines.iter().collect()
+    p.terminate();
+    p.lines()
 }
 
 fn assert_no_secrets(all: &[String], tok: &str, bad: &str) {
@@ -109,7 +51,7 @@ fn assert_no_secrets(all: &[String], tok: &str, bad: &str) {
 #[test]
 fn json_access_lines_carry_request_fields_and_no_secrets() {
     let dir = tempfile::tempdir().unwrap();
-    let p = spawn(dir.path(), &[("LOG_FORMAT", "json")]);
+    let p = proc::spawn(dir.path(), &[], &[("LOG_FORMAT", "json")]);
     let addr = p.addr;
     let (tok, bad) = traffic(addr);
     let all = finish(p);
@@ -139,7 +81,7 @@ fn json_access_lines_carry_request_fields_and_no_secrets() {
 #[test]
 fn text_access_lines_by_default() {
     let dir = tempfile::tempdir().unwrap();
-    let p = spawn(dir.path(), &[]);
+    let p = proc::spawn(dir.path(), &[], &[]);
     let addr = p.addr;
     let (tok, bad) = traffic(addr);
     let all = finish(p);

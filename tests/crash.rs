@@ -11,14 +11,16 @@
 //! `PFM_CRASH_CYCLES` sets the number of kill cycles (default 3; scripts/crash_cycles.sh runs 20),
 //! `PFM_CRASH_SEED` replays a run (the seed is printed on failure).
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::proc::{self, NoStart, Proc};
 use serde_json::{json, Map, Value};
 
 const SECRET: &str = "crash-test-secret-crash-test-secret";
@@ -28,7 +30,6 @@ const THREADS_PER_USER: usize = 2;
 const INITIAL: i64 = 100_000;
 /// New sub-accounts per thread and cycle, so 20 cycles stay under the per-parent child limit.
 const ADDS_PER_CYCLE: usize = 3;
-const IO_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Small deterministic generator (xorshift64*), so a failing run can be replayed from its seed.
 struct Rng(u64);
@@ -45,77 +46,12 @@ impl Rng {
     }
 }
 
-struct Proc {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// pfm on `dir`, with the test's token secret and no rate limit in the way of the load.
+const ENV: [(&str, &str); 2] = [("JWT_SECRET", SECRET), ("MAX_REQUESTS", "1000000000")];
 
 #[track_caller]
 fn spawn(dir: &std::path::Path) -> Proc {
-    try_spawn(dir).unwrap_or_else(|e| panic!("pfm did not start listening: {e:?}"))
-}
-
-/// A start that ended without listening: how the process ended, and its log.
-#[derive(Debug)]
-struct NoStart {
-    status: Option<std::process::ExitStatus>,
-    log: String,
-}
-
-/// Starts pfm on `dir`.
-fn try_spawn(dir: &std::path::Path) -> Result<Proc, NoStart> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
-        .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
-        .arg(dir)
-        .env("JWT_SECRET", SECRET)
-        .env("MAX_REQUESTS", "1000000000")
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn pfm");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    // Reads the log on its own thread (so a hung start cannot hang the test) and keeps draining
-    // it afterwards so the child never blocks on a full pipe.
-    std::thread::spawn(move || {
-        let mut listening = false;
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if !listening {
-                listening = line.contains("pfm listening");
-                let _ = tx.send(line);
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut log = String::new();
-    loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) if line.contains("pfm listening") => {
-                let addr = line.split("addr=").nth(1).and_then(|r| r.split_whitespace().next());
-                return Ok(Proc { child, addr: addr.expect("addr=").parse().expect("socket addr") });
-            }
-            Ok(line) => {
-                log.push_str(&line);
-                log.push('\n');
-            }
-            Err(e) => {
-                if e == mpsc::RecvTimeoutError::Timeout {
-                    let _ = child.kill();
-                    log.push_str("(killed: no answer in 120 s)");
-                }
-                return Err(NoStart { status: child.wait().ok(), log });
-            }
-        }
-    }
+    proc::spawn(dir, &[], &ENV)
 }
 
 /// Why a call has no answer (not sent, or no complete answer): its outcome is unknown.
@@ -130,26 +66,9 @@ fn call(
     body: Option<&Value>,
 ) -> Result<(u16, Value), Lost> {
     let b = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {tok}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
-        b.len()
-    );
-    let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| Lost(format!("not sent: {e}")))?;
-    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
-    s.write_all(req.as_bytes()).map_err(|e| Lost(e.to_string()))?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).map_err(|e| Lost(e.to_string()))?;
-    let text = String::from_utf8_lossy(&out);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| Lost(format!("cut: {text:?}")))?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| Lost(format!("status line: {head:?}")))?;
-    let v = serde_json::from_str(body).map_err(|e| Lost(format!("{e}: {body:?}")))?;
-    Ok((status, v))
+    let r = proc::send(addr, method, path, Some(tok), &[], &b).map_err(Lost)?;
+    let v = serde_json::from_str(&r.text).map_err(|e| Lost(format!("{e}: {:?}", r.text)))?;
+    Ok((r.status, v))
 }
 
 /// A read after restart: must answer 200; connection failures are retried for a while.
@@ -490,8 +409,7 @@ fn acknowledged_writes_survive_kill_9_under_concurrent_load() {
             std::thread::sleep(Duration::from_millis(5));
         }
         std::thread::sleep(Duration::from_millis(rng.below(1200)));
-        p.child.kill().expect("kill -9");
-        let _ = p.child.wait();
+        p.kill();
         stop.store(true, Ordering::Relaxed);
         let outcomes: Vec<Outcome> = handles.into_iter().map(|h| h.join().expect("worker")).collect();
         let errors: Vec<&String> = outcomes.iter().flat_map(|o| &o.errors).collect();
@@ -682,7 +600,7 @@ fn a_flipped_byte_refuses_to_start_or_loses_nothing() {
         bytes[offset] ^= 1 << rng.below(8);
         std::fs::write(&file, &bytes).expect("write");
         let what = format!("trial {trial}: byte {offset} of {} flipped (seed {seed})", file.display());
-        match try_spawn(&dir) {
+        match proc::try_spawn(&dir, &[], &ENV) {
             Err(NoStart { status, log: text }) => {
                 assert!(status.is_some_and(|s| !s.success()), "{what}: {status:?}");
                 // The file's path inside the data directory (an absolute path contains it too).

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Body, Srv};
+use common::{proc, Body, Srv};
 use serde_json::{json, Value};
 
 const BAD_KEY: &str = "Idempotency-Key must be 1 to 255 visible ASCII characters";
@@ -279,74 +279,31 @@ fn bad_keys_are_400s_and_reads_and_register_ignore_the_header() {
 /// is there exactly once.
 #[test]
 fn a_keyed_write_acknowledged_before_kill_9_replays_after_restart() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::process::{Command, Stdio};
     const SECRET: &str = "idem-kill-secret-idem-kill-secret-idem";
     let dir = tempfile::tempdir().unwrap();
-    let spawn = || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
-            .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
-            .arg(dir.path())
-            .env("JWT_SECRET", SECRET)
-            .env("RUST_LOG", "info")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(a) = line.split("addr=").nth(1).filter(|_| line.contains("pfm listening")) {
-                    let _ = tx.send(a.split_whitespace().next().unwrap_or("").to_string());
-                }
-            }
-        });
-        let addr: std::net::SocketAddr =
-            rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap().parse().unwrap();
-        (child, addr)
-    };
+    let spawn = || proc::spawn(dir.path(), &[], &[("JWT_SECRET", SECRET)]);
     let mut c = serde_json::Map::new();
     c.insert("user_id".into(), json!("killed"));
     c.insert("role".into(), json!("user"));
     let tok = pfm::auth::jwt::Jwt::new(SECRET.as_bytes()).sign(&c).unwrap();
-    let send = |addr: std::net::SocketAddr, path: &str, body: &str, key: Option<&str>| -> (String, String) {
-        let key = key.map(|k| format!("Idempotency-Key: {k}\r\n")).unwrap_or_default();
-        let req = format!(
-            "POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {tok}\r\n{key}\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        s.write_all(req.as_bytes()).unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        let (head, body) = out.split_once("\r\n\r\n").unwrap();
-        (head.to_ascii_lowercase(), body.to_string())
+    let send = |addr, path: &str, body: &str, key: Option<&str>| {
+        let key: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+        proc::send(addr, "POST", path, Some(&tok), &key, body).unwrap()
     };
-    let (mut child, addr) = spawn();
-    let (_, reg) = send(addr, "/register", r#"{"user_id":"killed"}"#, None);
-    let main = serde_json::from_str::<Value>(&reg).unwrap()["uuid"].as_str().unwrap().to_string();
+    let mut p = spawn();
+    let reg = send(p.addr, "/register", r#"{"user_id":"killed"}"#, None);
+    let main = reg.json["uuid"].as_str().unwrap().to_string();
     let body = format!(r#"{{"uuid":"{main}","amount":"12.5","channel":"c"}}"#);
-    let (head, first) = send(addr, "/deposit", &body, Some("before-kill"));
-    assert!(head.starts_with("http/1.1 200"), "{head}\n{first}");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let (mut child, addr) = spawn();
-    let (head, again) = send(addr, "/deposit", &body, Some("before-kill"));
-    assert!(head.contains("idempotent-replayed: true"), "{head}");
-    assert_eq!(again, first);
-    let req = format!(
-        "GET /get_transactions?uuid={main} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {tok}\r\n\r\n"
-    );
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let log: Value = serde_json::from_str(out.split_once("\r\n\r\n").unwrap().1).unwrap();
-    assert_eq!(log["transaction_count"], 1, "{log}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let first = send(p.addr, "/deposit", &body, Some("before-kill"));
+    assert_eq!(first.status, 200, "{}", first.text);
+    p.kill();
+    let p = spawn();
+    let again = send(p.addr, "/deposit", &body, Some("before-kill"));
+    assert_eq!(again.header("idempotent-replayed"), Some("true"), "{again:?}");
+    assert_eq!(again.text, first.text);
+    let log =
+        proc::send(p.addr, "GET", &format!("/get_transactions?uuid={main}"), Some(&tok), &[], "").unwrap();
+    assert_eq!(log.json["transaction_count"], 1, "{}", log.text);
 }
 
 #[test]

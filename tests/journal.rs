@@ -2,78 +2,26 @@
 //! acknowledged is back; a flipped byte inside an acknowledged record refuses to start with a
 //! message naming the file and offset.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
 
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::proc::{self, request, Proc};
 use serde_json::{json, Value};
 
 const SECRET: &str = "journal-test-secret-journal-test-secret";
 
-fn spawn(dir: &Path) -> Result<(Child, SocketAddr), String> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--jwt-secret",
-            SECRET,
-            "--token-endpoint-enabled",
-            "--data-dir",
-        ])
-        .arg(dir)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn pfm");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let mut log = String::new();
-    let addr = loop {
-        let Some(Ok(line)) = lines.next() else {
-            let status = child.wait().expect("wait");
-            return Err(format!("exited with {status}: {log}"));
-        };
-        log.push_str(&line);
-        log.push('\n');
-        if line.contains("pfm listening") {
-            if let Some(rest) = line.split("addr=").nth(1) {
-                break rest.split_whitespace().next().expect("addr").parse().expect("socket addr");
-            }
-        }
-    };
-    // Keep draining the log (so the child never blocks on a full pipe); show its errors.
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if line.contains("ERROR") || line.contains("WARN") {
-                eprintln!("pfm: {line}");
-            }
-        }
-    });
-    Ok((child, addr))
-}
-
-fn request(addr: SocketAddr, method: &str, path: &str, token: &str, body: Value) -> (u16, Value) {
-    let b = if body.is_null() { String::new() } else { body.to_string() };
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
-        b.len()
-    );
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.write_all(req.as_bytes()).expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
-    let (head, body) = out.split_once("\r\n\r\n").expect("response");
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+fn spawn(dir: &Path) -> Result<Proc, String> {
+    proc::try_spawn(dir, &["--jwt-secret", SECRET, "--token-endpoint-enabled"], &[])
+        .map_err(|e| e.to_string())
 }
 
 fn token(addr: SocketAddr) -> String {
     let body = json!({"user_id": "j1", "role": "user", "exp": 4_000_000_000u64});
-    let (st, v) = request(addr, "POST", "/generate_access_token", "", body);
+    let (st, v) = request(addr, "POST", "/generate_access_token", None, body);
     assert_eq!(st, 200, "{v}");
     v["token"].as_str().expect("token").to_string()
 }
@@ -81,12 +29,13 @@ fn token(addr: SocketAddr) -> String {
 /// Registers a user, deposits `n` times with ids T0..; returns (token, main uuid).
 fn write_some(addr: SocketAddr, n: usize) -> (String, String) {
     let tok = token(addr);
-    let (st, v) = request(addr, "POST", "/register", &tok, json!({"user_id": "j1", "initial_balance": 1}));
+    let (st, v) =
+        request(addr, "POST", "/register", Some(&tok), json!({"user_id": "j1", "initial_balance": 1}));
     assert_eq!(st, 200, "{v}");
     let main = v["uuid"].as_str().unwrap().to_string();
     for i in 0..n {
         let body = json!({"uuid": main, "amount": 2, "channel": "c", "transaction_number": format!("T{i}")});
-        assert_eq!(request(addr, "POST", "/deposit", &tok, body).0, 200);
+        assert_eq!(request(addr, "POST", "/deposit", Some(&tok), body).0, 200);
     }
     (tok, main)
 }
@@ -113,10 +62,10 @@ fn live_segment(dir: &Path) -> PathBuf {
 #[test]
 fn a_torn_tail_is_dropped_and_every_acknowledged_write_survives() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, addr) = spawn(dir.path()).unwrap();
+    let mut p = spawn(dir.path()).unwrap();
+    let addr = p.addr;
     let (tok, main) = write_some(addr, 20);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    p.kill();
     // Simulate an append cut short: the start of one more record (its header says more bytes
     // follow than the file holds).
     let seg = live_segment(dir.path());
@@ -127,22 +76,22 @@ fn a_torn_tail_is_dropped_and_every_acknowledged_write_survives() {
     f.write_all(&bytes[..24]).unwrap();
     f.write_all(&torn).unwrap();
     drop(f);
-    let (mut child, addr) = spawn(dir.path()).expect("starts after a torn tail");
-    let (st, v) = request(addr, "GET", &format!("/get_balance?uuid={main}"), &tok, Value::Null);
+    let mut p = spawn(dir.path()).expect("starts after a torn tail");
+    let addr = p.addr;
+    let (st, v) = request(addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!((st, v["balance"].to_string()), (200, "41".to_string()), "{v}");
-    let (_, v) = request(addr, "GET", &format!("/get_transactions?uuid={main}"), &tok, Value::Null);
+    let (_, v) = request(addr, "GET", &format!("/get_transactions?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!(v["transaction_count"], json!(20));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    p.kill();
 }
 
 #[test]
 fn a_flipped_byte_in_an_acknowledged_record_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, addr) = spawn(dir.path()).unwrap();
+    let mut p = spawn(dir.path()).unwrap();
+    let addr = p.addr;
     write_some(addr, 10);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    p.kill();
     let seg = live_segment(dir.path());
     let mut bytes = std::fs::read(&seg).unwrap();
     let at = bytes.len() / 2;
@@ -178,7 +127,8 @@ fn a_full_disk_fails_the_write_cleanly_and_reads_go_on() {
     }
     let _guard = Unmount(mnt.clone());
     let data = mnt.join("data");
-    let (mut child, addr) = spawn(&data).unwrap();
+    let mut p = spawn(&data).unwrap();
+    let addr = p.addr;
     let (tok, main) = write_some(addr, 5);
     // Fill the disk.
     let filler = mnt.join("filler");
@@ -191,7 +141,7 @@ fn a_full_disk_fails_the_write_cleanly_and_reads_go_on() {
     // Appends fill the journal's last page first; keep writing until one needs a new page.
     let deposit = |i: usize| {
         let body = json!({"uuid": main, "amount": 2, "channel": "c", "transaction_number": format!("F{i}")});
-        request(addr, "POST", "/deposit", &tok, body)
+        request(addr, "POST", "/deposit", Some(&tok), body)
     };
     let mut acked = 5;
     let failed_at = (0..2_000)
@@ -209,7 +159,7 @@ fn a_full_disk_fails_the_write_cleanly_and_reads_go_on() {
         .expect("a write failed on the full disk");
     // Reads go on, and show nothing of the failed write.
     let balance = (1 + 2 * acked).to_string();
-    let (st, v) = request(addr, "GET", &format!("/get_balance?uuid={main}"), &tok, Value::Null);
+    let (st, v) = request(addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!((st, v["balance"].to_string()), (200, balance), "{v}");
     // Space back: storage recovers by itself (sled is reopened and caught up with the journal)
     // and the same deposit goes through within seconds.
@@ -224,13 +174,12 @@ fn a_full_disk_fails_the_write_cleanly_and_reads_go_on() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     acked += 1;
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let (mut child, addr) = spawn(&data).expect("restarts");
-    let (_, v) = request(addr, "GET", &format!("/get_transactions?uuid={main}"), &tok, Value::Null);
+    p.kill();
+    let mut p = spawn(&data).expect("restarts");
+    let addr = p.addr;
+    let (_, v) = request(addr, "GET", &format!("/get_transactions?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!(v["transaction_count"], json!(acked), "{v}");
-    let (_, v) = request(addr, "GET", &format!("/get_balance?uuid={main}"), &tok, Value::Null);
+    let (_, v) = request(addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!(v["balance"].to_string(), (1 + 2 * acked).to_string());
-    child.kill().unwrap();
-    child.wait().unwrap();
+    p.kill();
 }

@@ -5,25 +5,12 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::proc::{self, Proc as Node};
 use serde_json::{json, Value};
-
-struct Node {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A fresh database, or `None` (with a note) when no test PostgreSQL is configured.
 fn database(test: &str) -> Option<String> {
@@ -37,29 +24,7 @@ fn database(test: &str) -> Option<String> {
 /// Starts the real binary on `db` with no token secret of its own: the nodes share the one the
 /// first node generated in the database.
 fn node(db: &str) -> Node {
-    let dir = std::env::temp_dir();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
-        .args(["--host", "127.0.0.1", "--port", "0", "--database-url", db, "--data-dir"])
-        .arg(dir)
-        .env_remove("JWT_SECRET")
-        .env_remove("DATABASE_URL")
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn pfm");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines.next().expect("pfm exited before listening").expect("read log");
-        if line.contains("pfm listening") {
-            if let Some(rest) = line.split("addr=").nth(1) {
-                break rest.split_whitespace().next().expect("addr").parse().expect("socket addr");
-            }
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Node { child, addr }
+    proc::spawn(&std::env::temp_dir(), &["--database-url", db], &[])
 }
 
 /// One request; `None` when the node is gone (connection refused or reset).
@@ -71,19 +36,7 @@ fn try_req(
     body: Value,
 ) -> Option<(u16, Value)> {
     let b = if body.is_null() { String::new() } else { body.to_string() };
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
-        b.len()
-    );
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    s.write_all(req.as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let (head, body) = out.split_once("\r\n\r\n")?;
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok())?;
-    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+    proc::send(addr, method, path, token, &[], &b).ok().map(|r| (r.status, r.json))
 }
 
 fn req(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
@@ -107,8 +60,7 @@ fn user(reg: &Node, login: &Node, user: &str, initial: u64) -> (String, String) 
         json!({"user_id": user, "password": "secret123", "initial_balance": initial}),
     ));
     let main = r["uuid"].as_str().expect("uuid").to_string();
-    let r = ok(req(login.addr, "POST", "/login", None, json!({"user_id": user, "password": "secret123"})));
-    (r["token"].as_str().expect("token").to_string(), main)
+    (proc::login(login.addr, user, "secret123"), main)
 }
 
 fn get(n: &Node, tok: &str, path: &str) -> Value {
@@ -344,8 +296,7 @@ fn kill_9_of_one_node_mid_load_loses_no_acknowledged_write() {
         std::thread::sleep(Duration::from_millis(1500));
         killed.store(true, Ordering::SeqCst);
         if let Some(mut n) = a.take() {
-            let _ = n.child.kill(); // SIGKILL
-            let _ = n.child.wait();
+            n.kill(); // SIGKILL
         }
         hs.into_iter().map(|h| h.join().expect("writer")).collect()
     });

@@ -7,11 +7,11 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::proc::NoStart;
 use common::{fresh_database, Srv};
 use pfm::domain::engine::{Change, TxRecord};
 use pfm::store::{Op, StoreError};
@@ -295,25 +295,11 @@ fn an_unreachable_database_at_start_exits_non_zero_with_a_clear_message() {
     let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     let url = format!("postgres://pfm@127.0.0.1:{port}/pfm");
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pfm"))
-        .args(["--port", "0", "--database-url", &url, "--data-dir"])
-        .arg(dir.path())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let end = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(Instant::now() < end, "pfm kept running without its database");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut err = String::new();
-    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("read");
-    assert!(!status.success());
+    let started = Instant::now();
+    let refused = common::proc::try_spawn(dir.path(), &["--database-url", &url], &[]);
+    let NoStart { status, log: err } = refused.expect_err("pfm listens without its database");
+    assert!(started.elapsed() < Duration::from_secs(20), "pfm kept running without its database");
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
     assert!(err.contains(&format!("cannot reach the database at 127.0.0.1:{port}/pfm")), "{err}");
     assert!(!err.contains("pfm listening"), "{err}");
 }

@@ -1,10 +1,12 @@
 //! Test harness: a real server on 127.0.0.1:0 with a temp data directory and a fixed clock, and
-//! a tiny blocking HTTP/1.1 client.
+//! a tiny blocking HTTP/1.1 client. [`proc`] runs the real binary as a child process instead.
 //!
 //! With `PFM_TEST_DATABASE_URL` set (a PostgreSQL server, as `.ci/postgres.sh` starts one), every
 //! server runs on the PostgreSQL engine instead, each on a fresh database of its own.
 
 #![allow(dead_code)]
+
+pub mod proc;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
