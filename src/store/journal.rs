@@ -39,7 +39,8 @@ use parking_lot::Mutex;
 use crate::domain::engine::TxRecord;
 use crate::domain::tree::{AccountId, Tree};
 
-use super::sled_store::SledStore;
+use super::overlay::{Memtable, Overlay, Rows};
+use super::sled_store::{self, SledStore};
 use super::{BoxFuture, Op, Store, StoreError, SyncRow, UserMeta, UserRecord};
 
 const MAGIC: u32 = 0x4C4E_4A50; // "PJNL"
@@ -72,6 +73,18 @@ const MAX_BATCH: usize = 4096;
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// ...or once this much journal was written since the last checkpoint.
 const CHECKPOINT_BYTES: u64 = 128 << 20;
+/// The memtable is frozen and written into sled once it holds this much...
+const MEMTABLE_BYTES: usize = 32 << 20;
+/// ...and the applier waits for the checkpoint when it holds this much while the previous table
+/// is still being written (bounds memory when sled falls behind).
+const MEMTABLE_HARD_BYTES: usize = 128 << 20;
+/// Rows per sled batch when a frozen table is written.
+const CHECKPOINT_CHUNK: usize = 8192;
+/// Free space sled is given beyond twice a table's size before it is written (its snapshot and
+/// segment overhead): sled must never meet a full disk.
+const ROOM_TO_SPARE: u64 = 8 << 20;
+/// Longest wait at shutdown for a checkpoint still running (the journal holds its rows anyway).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 /// Longest wait of a read for the applier (a stalled applier is an engine error, not a hang).
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(10);
 /// Longest pause between two attempts to bring a failed sled back.
@@ -101,8 +114,10 @@ struct Submitter {
 
 /// State shared by the store and its two threads.
 struct Shared {
-    /// `None` only while the applier reopens it after a failure.
+    /// `None` only while the checkpoint thread reopens it after a failure.
     sled: parking_lot::RwLock<Option<SledStore>>,
+    /// Rows applied but not yet written into sled.
+    overlay: Overlay,
     /// The data directory (sled lives under it) and the journal directory.
     data_dir: PathBuf,
     dir: PathBuf,
@@ -118,8 +133,10 @@ struct Shared {
     /// Set when the journal could not cut a failed append off: its tail is unknown, so it
     /// takes no more writes until a restart (replay sorts the tail out).
     broken: AtomicBool,
-    /// Set while sled cannot apply durable operations (the applier retries, reopening it).
+    /// Set while sled cannot take checkpoints (the checkpoint thread retries, reopening it).
     stalled: AtomicBool,
+    /// Set once the store stops: a checkpoint waiting for room gives up.
+    stopping: AtomicBool,
     /// Set while the journal's last append failed (a full disk): checkpoints wait, because a
     /// sled flush then fails too and sled 0.34 refuses everything after a failed write.
     append_failing: AtomicBool,
@@ -273,6 +290,11 @@ impl Shared {
             None => Err(StoreError::Engine("storage is reopening".into())),
         }
     }
+
+    /// Reads rows through the memtables.
+    fn read<T>(&self, f: impl Fn(&dyn Rows) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.with_sled(|s| self.overlay.read(s.db(), f))
+    }
 }
 
 fn main_txids(op: &Op) -> (u64, &[String]) {
@@ -289,13 +311,14 @@ impl JournalStore {
         let sled = SledStore::open(dir)?;
         let jdir = dir.join("journal");
         std::fs::create_dir_all(&jdir).map_err(|e| io(&jdir, e))?;
-        let last_seq = replay(&sled, &jdir, true, u64::MAX)?;
+        let last_seq = replay(&sled, &jdir)?;
         let next_seq = last_seq + 1;
         let seg = segment_path(&jdir, next_seq);
         let file = OpenOptions::new().create(true).append(true).open(&seg).map_err(|e| io(&seg, e))?;
         sync_dir(&jdir)?;
         let shared = Arc::new(Shared {
             sled: parking_lot::RwLock::new(Some(sled)),
+            overlay: Overlay::default(),
             data_dir: dir.to_path_buf(),
             dir: jdir,
             handled: AtomicU64::new(last_seq),
@@ -305,11 +328,13 @@ impl JournalStore {
             segments: Mutex::new(vec![(next_seq, seg.clone())]),
             broken: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             append_failing: AtomicBool::new(false),
             fail_next_append: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel::<Entry>();
         let (atx, arx) = mpsc::channel::<Handled>();
+        let (ctx, crx) = mpsc::channel::<Arc<Memtable>>();
         let s1 = shared.clone();
         let journal = std::thread::Builder::new()
             .name("pfm-journal".into())
@@ -318,12 +343,17 @@ impl JournalStore {
         let s2 = shared.clone();
         let applier = std::thread::Builder::new()
             .name("pfm-applier".into())
-            .spawn(move || applier_thread(s2, arx))
+            .spawn(move || applier_thread(s2, arx, ctx))
+            .map_err(|e| StoreError::Engine(e.to_string()))?;
+        let s3 = shared.clone();
+        let checkpointer = std::thread::Builder::new()
+            .name("pfm-checkpoint".into())
+            .spawn(move || checkpoint_thread(s3, crx))
             .map_err(|e| StoreError::Engine(e.to_string()))?;
         Ok(JournalStore {
             shared,
             submit: Mutex::new(Submitter { next_seq, tx: Some(tx) }),
-            threads: Mutex::new(vec![journal, applier]),
+            threads: Mutex::new(vec![journal, applier, checkpointer]),
         })
     }
 
@@ -335,7 +365,7 @@ impl JournalStore {
     /// Every user id (`pfm migrate`).
     pub async fn user_ids(&self) -> Result<Vec<String>, StoreError> {
         self.catch_up().await?;
-        self.shared.with_sled(|s| s.user_ids())
+        self.read(sled_store::user_ids).await
     }
 
     /// Waits until sled holds every operation acknowledged (or failed) so far.
@@ -353,10 +383,28 @@ impl JournalStore {
         }
     }
 
+    /// Reads rows through the memtables. While sled is being brought back after a failure,
+    /// waits for it (up to the catch-up limit) rather than fail the read: the rows are all in
+    /// the tables or in what sled recovered.
+    async fn read<T>(&self, f: impl Fn(&dyn Rows) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let deadline = Instant::now() + CATCH_UP_LIMIT;
+        loop {
+            match self.shared.read(&f) {
+                Err(e) if self.shared.stalled.load(Ordering::Acquire) && Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "read waits for storage to reopen");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
     fn stop_threads(&self) {
         // Dropping the sender ends the journal thread once the queue is empty; it then drops
-        // the applier's sender, which ends the applier after its last apply and flush.
+        // the applier's sender, which ends the applier, which hands the checkpoint thread its
+        // last table and ends it.
         self.submit.lock().tx = None;
+        self.shared.stopping.store(true, Ordering::Release);
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
@@ -369,11 +417,10 @@ impl Drop for JournalStore {
     }
 }
 
-/// Applies every journal record after sled's applied sequence number; returns the last
-/// sequence number in the journal (or sled's, if higher). At start (`at_start`), a torn tail is
-/// cut off and the segments are deleted once sled, flushed, holds all of them; while running
-/// (the applier recovering sled), the files are only read: the last one may be mid-append.
-fn replay(sled: &SledStore, jdir: &Path, at_start: bool, upto: u64) -> Result<u64, StoreError> {
+/// At start, applies every journal record after sled's applied sequence number; returns the
+/// last sequence number in the journal (or sled's, if higher). A torn tail is cut off, and the
+/// segments are deleted once sled, flushed, holds all of them.
+fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
     let applied = sled.applied_seq()?;
     // Journal segments are deleted once a sled flush holds them; the marker says how far that
     // was. sled holding less means it lost flushed writes (its recovery stops at a damaged
@@ -397,15 +444,6 @@ fn replay(sled: &SledStore, jdir: &Path, at_start: bool, upto: u64) -> Result<u6
     for (i, path) in segs.iter().enumerate() {
         let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
         let (frames, tail) = parse_segment(path, &bytes, i + 1 == segs.len())?;
-        if !at_start {
-            // Only records already answered: later ones may still wait for their sync, or be
-            // about to be cut off as a failed append.
-            for f in frames.iter().filter(|f| f.seq > applied && f.seq <= upto) {
-                sled.apply(&decode_payload(path, f.seq, &bytes[f.payload_start..f.end])?, f.seq)?;
-                last = last.max(f.seq);
-            }
-            continue;
-        }
         for f in &frames {
             if f.seq > applied {
                 let op = decode_payload(path, f.seq, &bytes[f.payload_start..f.end])?;
@@ -422,9 +460,6 @@ fn replay(sled: &SledStore, jdir: &Path, at_start: bool, upto: u64) -> Result<u6
         }
     }
     sled.flush()?;
-    if !at_start {
-        return Ok(last);
-    }
     write_checkpoint(jdir, sled.applied_seq()?)?;
     for path in &segs {
         std::fs::remove_file(path).map_err(|e| io(path, e))?;
@@ -562,11 +597,11 @@ fn rotate(shared: &Shared, first_seq: u64) -> Result<(File, PathBuf), StoreError
     Ok((f, p))
 }
 
-fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>) {
-    let mut applied = shared.processed.load(Ordering::Acquire);
+/// Stages every durable operation's rows in the memtable, then hands full memtables to the
+/// checkpoint thread.
+fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>, ctx: Sender<Arc<Memtable>>) {
     let mut since_checkpoint = 0u64;
     let mut last_checkpoint = Instant::now();
-    let mut dirty = false;
     loop {
         let h = match arx.recv_timeout(Duration::from_millis(500)) {
             Ok(h) => Some(h),
@@ -574,27 +609,202 @@ fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>) {
             Err(RecvTimeoutError::Disconnected) => break,
         };
         if let Some(h) = h {
-            // A recovery may already have replayed some of these from the journal files.
-            let fresh: Vec<(u64, &Op)> =
-                h.durable.iter().filter(|(seq, _)| *seq > applied).map(|(s, o)| (*s, o)).collect();
-            if !fresh.is_empty() {
-                apply_or_recover(&shared, &fresh, &mut applied);
+            for (seq, op) in &h.durable {
+                stage(&shared, *seq, op);
             }
             forget_txids(&shared, h.durable.iter().map(|(_, op)| op).chain(h.failed.iter()));
             shared.processed.store(h.last_seq, Ordering::Release);
             shared.caught_up.notify_waiters();
             since_checkpoint += h.journal_bytes;
-            dirty |= !h.durable.is_empty();
         }
-        if dirty && (since_checkpoint >= CHECKPOINT_BYTES || last_checkpoint.elapsed() >= CHECKPOINT_EVERY) {
-            checkpoint(&shared);
-            since_checkpoint = 0;
-            last_checkpoint = Instant::now();
-            dirty = false;
+        let bytes = shared.overlay.active_bytes();
+        let due = bytes >= MEMTABLE_BYTES
+            || since_checkpoint >= CHECKPOINT_BYTES
+            || (bytes > 0 && last_checkpoint.elapsed() >= CHECKPOINT_EVERY);
+        // While appends fail (a full disk) a sled write would fail too, and sled 0.34 refuses
+        // everything after a failed write: the rows wait in memory, durable in the journal.
+        if due && !shared.append_failing.load(Ordering::Acquire) {
+            if let Some(m) = shared.overlay.freeze() {
+                if ctx.send(m).is_err() {
+                    break;
+                }
+                since_checkpoint = 0;
+                last_checkpoint = Instant::now();
+            }
+        }
+        // Sled fell behind: hold the applier (and with it the reads) rather than grow without bound.
+        while shared.overlay.active_bytes() >= MEMTABLE_HARD_BYTES && shared.overlay.has_frozen() {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
-    if dirty {
+    let deadline = Instant::now() + SHUTDOWN_WAIT;
+    while shared.overlay.has_frozen() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if !shared.append_failing.load(Ordering::Acquire) {
+        if let Some(m) = shared.overlay.freeze() {
+            let _ = ctx.send(m);
+        }
+    }
+}
+
+/// Puts one durable operation's rows in the memtable. An operation that finds rows to delete
+/// by listing them lists them through the memtable, so it sees every earlier row.
+fn stage(shared: &Shared, seq: u64, op: &Op) {
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let res = if sled_store::lists_rows(op) {
+            shared.read(|r| {
+                let mut rows = Vec::new();
+                sled_store::rows_into(r, &mut rows, op).map(|_| rows)
+            })
+        } else {
+            let mut rows = Vec::new();
+            sled_store::rows_into(&NoRows, &mut rows, op).map(|_| rows)
+        };
+        match res {
+            Ok(rows) => return shared.overlay.stage(rows, seq),
+            // Only a listing reads storage, and storage may be reopening: wait for it. The
+            // operation is durable in the journal either way.
+            Err(e) => {
+                tracing::warn!(error = %e, seq, "cannot list rows for a journal record yet; retrying");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// Rows of an operation that lists nothing never read storage.
+struct NoRows;
+
+impl Rows for NoRows {
+    fn fetch(&self, _: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
+        Err(StoreError::Engine("an operation without listing read storage".into()))
+    }
+    fn range_rows(
+        &self,
+        _: &[u8],
+        _: Option<&[u8]>,
+        _: bool,
+        _: usize,
+    ) -> Result<Vec<(sled::IVec, sled::IVec)>, StoreError> {
+        Err(StoreError::Engine("an operation without listing read storage".into()))
+    }
+}
+
+/// Writes each frozen memtable into sled, flushes, records the checkpoint and deletes the
+/// journal segments it covers; only then do reads stop looking at the table.
+fn checkpoint_thread(shared: Arc<Shared>, crx: Receiver<Arc<Memtable>>) {
+    while let Ok(m) = crx.recv() {
+        if !write_table(&shared, &m) {
+            // Stopping with the table unwritten: keep it readable and the journal whole.
+            break;
+        }
         checkpoint(&shared);
+        shared.overlay.release_frozen();
+    }
+}
+
+fn write_rows(s: &SledStore, m: &Memtable) -> Result<(), StoreError> {
+    let mut rows = m.rows().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<_> = rows.by_ref().take(CHECKPOINT_CHUNK).collect();
+        // The last batch carries the journal record the table reaches: until it is in, a
+        // restart replays the journal from the previous table's.
+        let seq = rows.peek().is_none().then_some(m.last_seq());
+        s.apply_rows(chunk.into_iter().map(|(k, v)| (k.as_slice(), v.as_ref())), seq)?;
+    }
+    s.flush()
+}
+
+/// Writes a frozen table into sled and flushes; false if it gave up because the store is
+/// stopping (the journal still holds the rows: the next start replays them).
+///
+/// Sled is written only with room to spare on the disk: after an I/O error such as a full disk,
+/// sled 0.34 refuses every later write, and some reads, until it is reopened, and reopening
+/// needs room too (it writes a snapshot). While the disk is short of room the rows stay
+/// durable in the journal and readable in the table. If a write fails anyway, sled is reopened
+/// once there is room and the table written again. Writing the table over whatever sled
+/// recovered is enough: sled holds at least everything up to the previous checkpoint, and the
+/// table holds every row changed since.
+fn write_table(shared: &Shared, m: &Memtable) -> bool {
+    let mut warned = false;
+    loop {
+        if !wait_for_room(shared, m, &mut warned) {
+            return false;
+        }
+        let res = match shared.sled.read().as_ref() {
+            Some(s) => write_rows(s, m),
+            None => Err(StoreError::Engine("storage is reopening".into())),
+        };
+        match res {
+            Ok(()) => {
+                if shared.stalled.swap(false, Ordering::AcqRel) {
+                    tracing::info!(seq = m.last_seq(), "storage takes checkpoints again");
+                }
+                return true;
+            }
+            Err(e) => {
+                if !shared.stalled.swap(true, Ordering::AcqRel) {
+                    tracing::error!(error = %e, seq = m.last_seq(), "writing a checkpoint failed; reopening storage and retrying");
+                }
+            }
+        }
+        if !wait_for_room(shared, m, &mut warned) {
+            return false;
+        }
+        reopen(shared);
+    }
+}
+
+/// Waits until the disk has room for sled to take table `m` (twice its size, plus what a
+/// reopen needs); false if the store stops meanwhile.
+fn wait_for_room(shared: &Shared, m: &Memtable, warned: &mut bool) -> bool {
+    let need = 2 * m.bytes() as u64 + ROOM_TO_SPARE;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if shared.stopping.load(Ordering::Acquire) && (*warned || shared.stalled.load(Ordering::Acquire)) {
+            return false;
+        }
+        // An unknown answer counts as room: the write itself then tells.
+        match fs2::available_space(&shared.data_dir) {
+            Ok(free) if free < need => {
+                if !*warned {
+                    *warned = true;
+                    tracing::warn!(
+                        free,
+                        need,
+                        "the disk is short of room; checkpoints wait, writes stay in the journal"
+                    );
+                }
+            }
+            _ => return true,
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+fn reopen(shared: &Shared) {
+    let mut slot = shared.sled.write();
+    // The old handle must be gone before sled's file lock can be taken again.
+    drop(slot.take());
+    let opened = SledStore::open(&shared.data_dir).and_then(|s| {
+        let (held, marked) = (s.applied_seq()?, read_checkpoint(&shared.dir)?);
+        if held < marked {
+            return Err(super::sled_store::damaged(
+                &shared.data_dir.join("db"),
+                &format!(
+                    "it reopened with writes up to journal record {held}, but {marked} were flushed to it"
+                ),
+            ));
+        }
+        Ok(s)
+    });
+    match opened {
+        Ok(s) => *slot = Some(s),
+        Err(e) => tracing::warn!(error = %e, "storage cannot be reopened yet"),
     }
 }
 
@@ -617,54 +827,6 @@ fn forget_txids<'a>(shared: &Shared, ops: impl Iterator<Item = &'a Op>) {
             if m.is_empty() {
                 map.remove(&no);
             }
-        }
-    }
-}
-
-/// Applies durable records to sled. If sled fails (a full disk makes sled 0.34 refuse every
-/// later operation), the record stays durable in the journal: the applier keeps retrying, each
-/// time reopening sled and replaying the journal files into it, and storage reads wait (and
-/// time out) meanwhile rather than miss an acknowledged write.
-fn apply_or_recover(shared: &Shared, ops: &[(u64, &Op)], applied: &mut u64) {
-    let mut pause = Duration::from_millis(10);
-    let seq = ops.last().map_or(*applied, |(s, _)| *s);
-    loop {
-        let res = match shared.sled.read().as_ref() {
-            Some(s) => s.apply_group(ops),
-            None => Err(StoreError::Engine("storage is reopening".into())),
-        };
-        match res {
-            Ok(()) => {
-                *applied = seq;
-                if shared.stalled.swap(false, Ordering::AcqRel) {
-                    tracing::info!(seq, "storage applies the journal again");
-                }
-                return;
-            }
-            Err(e) => {
-                if !shared.stalled.swap(true, Ordering::AcqRel) {
-                    tracing::error!(error = %e, seq, "applying a journal record failed; reopening storage and retrying");
-                }
-            }
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(RETRY_MAX);
-        let mut slot = shared.sled.write();
-        // The old handle must be gone before sled's file lock can be taken again.
-        drop(slot.take());
-        match SledStore::open(&shared.data_dir).and_then(|s| {
-            replay(&s, &shared.dir, false, shared.handled.load(Ordering::Acquire)).map(|last| (s, last))
-        }) {
-            Ok((s, last)) => {
-                *applied = (*applied).max(s.applied_seq().unwrap_or(0));
-                *slot = Some(s);
-                if *applied >= seq || last >= seq {
-                    shared.stalled.store(false, Ordering::Release);
-                    tracing::info!(seq, "storage reopened and caught up with the journal");
-                    return;
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "storage still cannot be reopened"),
         }
     }
 }
@@ -746,7 +908,7 @@ impl Store for JournalStore {
     ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>> {
         Box::pin(async move {
             self.catch_up().await?;
-            self.shared.with_sled(|s| s.load_user(user_id))
+            self.read(|r| sled_store::load_user(r, user_id)).await
         })
     }
 
@@ -759,14 +921,14 @@ impl Store for JournalStore {
     ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
         Box::pin(async move {
             self.catch_up().await?;
-            self.shared.with_sled(|s| s.read_log(user_no, acc, from, to))
+            self.read(|r| sled_store::read_log(r, user_no, acc, from, to)).await
         })
     }
 
     fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
         Box::pin(async move {
             self.catch_up().await?;
-            self.shared.with_sled(|s| s.load_meta(user_no))
+            self.read(|r| sled_store::load_meta(r, user_no)).await
         })
     }
 
@@ -779,17 +941,17 @@ impl Store for JournalStore {
     ) -> BoxFuture<'_, Result<Vec<SyncRow>, StoreError>> {
         Box::pin(async move {
             self.catch_up().await?;
-            self.shared.with_sled(|s| s.read_changes(user_no, after, upto, max))
+            self.read(|r| sled_store::read_changes(r, user_no, after, upto, max)).await
         })
     }
 
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            // Queued operations first: the applier removes an id only after sled has it.
+            // Queued operations first: the applier removes an id only once its rows are staged.
             if self.shared.pending_txids.lock().get(&user_no).is_some_and(|m| m.contains_key(id)) {
                 return Ok(true);
             }
-            self.shared.with_sled(|s| s.main_txid_exists(user_no, id))
+            self.read(|r| sled_store::main_txid_exists(r, user_no, id)).await
         })
     }
 

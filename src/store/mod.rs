@@ -5,6 +5,7 @@
 mod codec;
 pub mod journal;
 pub mod migrate;
+pub mod overlay;
 pub mod pg;
 pub mod sled_store;
 pub mod users;

@@ -10,8 +10,10 @@ use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
 
 use super::codec::{self, decode, decode_compat, encode};
+use super::overlay::{successor, Row, Rows};
 use super::v1::AccountV1;
 use super::{IdemRecord, Op, StoreError, SyncRow, UserMeta, UserRecord};
+use sled::IVec;
 
 pub struct SledStore {
     db: sled::Db,
@@ -126,42 +128,35 @@ impl SledStore {
             .unwrap_or(0))
     }
 
-    /// Applies `op` (journal record `seq`) atomically, without flushing.
-    pub fn apply(&self, op: &Op, seq: u64) -> Result<(), StoreError> {
-        self.apply_group(&[(seq, op)])
+    /// The rows as they are in sled, for reads through the memtables.
+    pub fn db(&self) -> &sled::Db {
+        &self.db
     }
 
-    /// Applies consecutive journal records as few atomic batches as possible, each carrying the
-    /// last sequence number it holds. An operation that finds rows to delete by listing them
-    /// (a user deletion, removed accounts) goes alone, after what precedes it is applied, so its
-    /// listing sees every earlier row.
-    pub fn apply_group(&self, ops: &[(u64, &Op)]) -> Result<(), StoreError> {
+    /// Applies `op` (journal record `seq`) atomically, without flushing.
+    pub fn apply(&self, op: &Op, seq: u64) -> Result<(), StoreError> {
+        let mut rows = Vec::new();
+        rows_into(&self.db, &mut rows, op)?;
+        self.apply_rows(rows.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), Some(seq))
+    }
+
+    /// Writes rows as one atomic batch, with the journal record they reach if `seq` is given.
+    pub fn apply_rows<'a>(
+        &self,
+        rows: impl Iterator<Item = (&'a [u8], Option<&'a IVec>)>,
+        seq: Option<u64>,
+    ) -> Result<(), StoreError> {
         let mut b = sled::Batch::default();
-        let mut last = None;
-        for (seq, op) in ops {
-            let lists = match op {
-                Op::DeleteUser { .. } => true,
-                Op::Commit { change, .. } => !change.removed.is_empty(),
-            };
-            if lists {
-                if let Some(l) = last.take() {
-                    b.insert(codec::META_APPLIED, &u64::to_be_bytes(l));
-                    self.db.apply_batch(std::mem::take(&mut b)).map_err(eng)?;
-                }
-                let mut one = sled::Batch::default();
-                self.rows_into(&mut one, op)?;
-                one.insert(codec::META_APPLIED, &seq.to_be_bytes());
-                self.db.apply_batch(one).map_err(eng)?;
-            } else {
-                self.rows_into(&mut b, op)?;
-                last = Some(*seq);
+        for (k, v) in rows {
+            match v {
+                Some(v) => b.insert(k, v.clone()),
+                None => b.remove(k),
             }
         }
-        if let Some(l) = last {
-            b.insert(codec::META_APPLIED, &u64::to_be_bytes(l));
-            self.db.apply_batch(b).map_err(eng)?;
+        if let Some(s) = seq {
+            b.insert(codec::META_APPLIED, &s.to_be_bytes());
         }
-        Ok(())
+        self.db.apply_batch(b).map_err(eng)
     }
 
     /// Makes everything applied so far durable in sled.
@@ -173,161 +168,171 @@ impl SledStore {
     pub fn new_user_no(&self) -> Result<u64, StoreError> {
         self.db.generate_id().map(|n| n + 1).map_err(eng)
     }
+}
 
-    pub fn read_log(
-        &self,
-        user_no: u64,
-        acc: AccountId,
-        from: u64,
-        to: u64,
-    ) -> Result<Vec<TxRecord>, StoreError> {
-        let start = codec::log_key(user_no, acc, from);
-        let end = codec::log_key(user_no, acc, to);
-        self.db.range(start..end).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode_compat(&v))).collect()
+pub fn read_log(
+    r: &dyn Rows,
+    user_no: u64,
+    acc: AccountId,
+    from: u64,
+    to: u64,
+) -> Result<Vec<TxRecord>, StoreError> {
+    let start = codec::log_key(user_no, acc, from);
+    let end = codec::log_key(user_no, acc, to);
+    r.range_rows(&start, Some(&end), false, usize::MAX)?.iter().map(|(_, v)| decode_compat(v)).collect()
+}
+
+/// Every user id, in key order.
+pub fn user_ids(r: &dyn Rows) -> Result<Vec<String>, StoreError> {
+    r.prefix_rows(&[codec::USER])?
+        .into_iter()
+        .map(|(k, _)| {
+            String::from_utf8(k[1..].to_vec()).map_err(|_| StoreError::Corrupt(format!("bad user key {k:?}")))
+        })
+        .collect()
+}
+
+/// The last change row's knowledge (one reverse seek) and every kept key of `user_no`.
+pub fn load_meta(r: &dyn Rows, user_no: u64) -> Result<UserMeta, StoreError> {
+    let prefix = codec::user_prefix(codec::CHANGE, user_no);
+    let hi = successor(&prefix);
+    let knowledge = match r.range_rows(&prefix, hi.as_deref(), true, 1)?.first() {
+        Some((_, v)) => decode::<SyncRow>(v)?.knowledge,
+        None => 0,
+    };
+    let mut idem = Vec::new();
+    for (_, v) in r.prefix_rows(&codec::user_prefix(codec::IDEM, user_no))? {
+        idem.push(decode::<IdemRecord>(&v)?);
     }
+    Ok(UserMeta { knowledge, idem })
+}
 
-    /// Every user id, in key order.
-    pub fn user_ids(&self) -> Result<Vec<String>, StoreError> {
-        self.db
-            .scan_prefix([codec::USER])
-            .keys()
-            .map(|k| {
-                let k = k.map_err(eng)?;
-                String::from_utf8(k[1..].to_vec())
-                    .map_err(|_| StoreError::Corrupt(format!("bad user key {k:?}")))
-            })
-            .collect()
+pub fn read_changes(
+    r: &dyn Rows,
+    user_no: u64,
+    after: u64,
+    upto: u64,
+    max: usize,
+) -> Result<Vec<SyncRow>, StoreError> {
+    if after >= upto {
+        return Ok(Vec::new());
     }
+    let start = codec::change_key(user_no, after + 1);
+    // Up to and including `upto`: the smallest key after it ends the range.
+    let mut end = codec::change_key(user_no, upto);
+    end.push(0);
+    r.range_rows(&start, Some(&end), false, max)?.iter().map(|(_, v)| decode(v)).collect()
+}
 
-    /// The last change row's knowledge (one reverse seek) and every kept key of `user_no`.
-    pub fn load_meta(&self, user_no: u64) -> Result<UserMeta, StoreError> {
-        let last = self.db.scan_prefix(codec::user_prefix(codec::CHANGE, user_no)).next_back();
-        let knowledge = match last {
-            Some(kv) => decode::<SyncRow>(&kv.map_err(eng)?.1)?.knowledge,
-            None => 0,
-        };
-        let mut idem = Vec::new();
-        for kv in self.db.scan_prefix(codec::user_prefix(codec::IDEM, user_no)) {
-            idem.push(decode::<IdemRecord>(&kv.map_err(eng)?.1)?);
+pub fn main_txid_exists(r: &dyn Rows, user_no: u64, id: &str) -> Result<bool, StoreError> {
+    Ok(r.fetch(&codec::txid_key(user_no, id))?.is_some())
+}
+
+pub fn load_user(r: &dyn Rows, user_id: &str) -> Result<Option<(UserRecord, Tree)>, StoreError> {
+    let Some(v) = r.fetch(&codec::user_key(user_id))? else {
+        return Ok(None);
+    };
+    let user: UserRecord = decode_compat(&v)?;
+    let no = user.user_no;
+    let mut accounts: HashMap<AccountId, Account> = HashMap::new();
+    for (_, v) in r.prefix_rows(&codec::user_prefix(codec::ACCOUNT, no))? {
+        let a: Account = decode(&v)?;
+        accounts.insert(a.uuid, a);
+    }
+    for (k, v) in r.prefix_rows(&codec::user_prefix(codec::DAY, no))? {
+        let (acc, day) = codec::parse_day_key(&k).ok_or_else(|| StoreError::Corrupt("bad day key".into()))?;
+        let sums: DaySums = decode(&v)?;
+        if let Some(a) = accounts.get_mut(&acc) {
+            a.days.add(day, &sums);
         }
-        Ok(UserMeta { knowledge, idem })
     }
-
-    pub fn read_changes(
-        &self,
-        user_no: u64,
-        after: u64,
-        upto: u64,
-        max: usize,
-    ) -> Result<Vec<SyncRow>, StoreError> {
-        if after >= upto {
-            return Ok(Vec::new());
+    for (k, v) in r.prefix_rows(&codec::user_prefix(codec::TRACK, no))? {
+        let (acc, day) =
+            codec::parse_day_key(&k).ok_or_else(|| StoreError::Corrupt("bad tracker key".into()))?;
+        let row: TrackRow = decode(&v)?;
+        if let Some(a) = accounts.get_mut(&acc) {
+            a.track.insert(day, row);
         }
-        let start = codec::change_key(user_no, after + 1);
-        let end = codec::change_key(user_no, upto);
-        self.db.range(start..=end).take(max).map(|kv| kv.map_err(eng).and_then(|(_, v)| decode(&v))).collect()
     }
+    let tree = Tree {
+        root: user.root,
+        accounts: accounts.into_iter().map(|(id, a)| (id, Arc::new(a))).collect(),
+        ledger: user.ledger.clone(),
+    };
+    Ok(Some((user, tree)))
+}
 
-    pub fn main_txid_exists(&self, user_no: u64, id: &str) -> Result<bool, StoreError> {
-        self.db.contains_key(codec::txid_key(user_no, id)).map_err(eng)
+/// Whether writing `op` lists rows to find what to delete (so it must see every earlier row).
+pub fn lists_rows(op: &Op) -> bool {
+    match op {
+        Op::DeleteUser { .. } => true,
+        Op::Commit { change, .. } => !change.removed.is_empty(),
     }
+}
 
-    pub fn load_user(&self, user_id: &str) -> Result<Option<(UserRecord, Tree)>, StoreError> {
-        let Some(v) = self.db.get(codec::user_key(user_id)).map_err(eng)? else {
-            return Ok(None);
-        };
-        let user: UserRecord = decode_compat(&v)?;
-        let no = user.user_no;
-        let mut accounts: HashMap<AccountId, Account> = HashMap::new();
-        for kv in self.db.scan_prefix(codec::user_prefix(codec::ACCOUNT, no)) {
-            let a: Account = decode(&kv.map_err(eng)?.1)?;
-            accounts.insert(a.uuid, a);
-        }
-        for kv in self.db.scan_prefix(codec::user_prefix(codec::DAY, no)) {
-            let (k, v) = kv.map_err(eng)?;
-            let (acc, day) =
-                codec::parse_day_key(&k).ok_or_else(|| StoreError::Corrupt("bad day key".into()))?;
-            let sums: DaySums = decode(&v)?;
-            if let Some(a) = accounts.get_mut(&acc) {
-                a.days.add(day, &sums);
+fn put<T: serde::Serialize>(out: &mut Vec<Row>, k: Vec<u8>, v: &T) -> Result<(), StoreError> {
+    out.push((k, Some(IVec::from(encode(v)?))));
+    Ok(())
+}
+
+/// The rows `op` writes and removes; rows to delete are found by listing them in `r`.
+pub fn rows_into(r: &dyn Rows, out: &mut Vec<Row>, op: &Op) -> Result<(), StoreError> {
+    match op {
+        Op::Commit { user, change, sync, idem } => {
+            put(out, codec::user_key(&user.user_id), user)?;
+            change_rows(r, out, user.user_no, change)?;
+            if let Some(row) = sync {
+                put(out, codec::change_key(user.user_no, row.knowledge), row)?;
             }
-        }
-        for kv in self.db.scan_prefix(codec::user_prefix(codec::TRACK, no)) {
-            let (k, v) = kv.map_err(eng)?;
-            let (acc, day) =
-                codec::parse_day_key(&k).ok_or_else(|| StoreError::Corrupt("bad tracker key".into()))?;
-            let row: TrackRow = decode(&v)?;
-            if let Some(a) = accounts.get_mut(&acc) {
-                a.track.insert(day, row);
-            }
-        }
-        let tree = Tree {
-            root: user.root,
-            accounts: accounts.into_iter().map(|(id, a)| (id, Arc::new(a))).collect(),
-            ledger: user.ledger.clone(),
-        };
-        Ok(Some((user, tree)))
-    }
-
-    /// Adds the rows of `op` to `b`.
-    fn rows_into(&self, b: &mut sled::Batch, op: &Op) -> Result<(), StoreError> {
-        match op {
-            Op::Commit { user, change, sync, idem } => {
-                b.insert(codec::user_key(&user.user_id), encode(user)?);
-                self.change_rows(b, user.user_no, change)?;
-                if let Some(row) = sync {
-                    b.insert(codec::change_key(user.user_no, row.knowledge), encode(row)?);
+            if let Some(w) = idem {
+                for k in &w.remove {
+                    out.push((codec::idem_key(user.user_no, k), None));
                 }
-                if let Some(w) = idem {
-                    for k in &w.remove {
-                        b.remove(codec::idem_key(user.user_no, k));
-                    }
-                    if let Some(r) = &w.put {
-                        b.insert(codec::idem_key(user.user_no, &r.key), encode(r)?);
-                    }
-                }
-            }
-            Op::DeleteUser { user } => {
-                b.remove(codec::user_key(&user.user_id));
-                for tag in codec::USER_TAGS {
-                    for k in self.db.scan_prefix(codec::user_prefix(tag, user.user_no)).keys() {
-                        b.remove(k.map_err(eng)?);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn change_rows(&self, b: &mut sled::Batch, no: u64, c: &Change) -> Result<(), StoreError> {
-        for a in &c.accounts {
-            b.insert(codec::account_key(no, a.uuid), encode(&**a)?);
-        }
-        for (acc, seq, rec) in &c.records {
-            b.insert(codec::log_key(no, *acc, *seq), encode(rec)?);
-        }
-        for id in &c.main_txids {
-            b.insert(codec::txid_key(no, id), Vec::new());
-        }
-        for (acc, day, sums) in &c.days {
-            b.insert(codec::day_key(codec::DAY, no, *acc, *day), encode(sums)?);
-        }
-        for (acc, day, row) in &c.track {
-            b.insert(codec::day_key(codec::TRACK, no, *acc, *day), encode(row)?);
-        }
-        for (id, log_len) in &c.removed {
-            b.remove(codec::account_key(no, *id));
-            // Log keys are computed from the log length: deleting never reads the log.
-            for seq in 0..*log_len {
-                b.remove(codec::log_key(no, *id, seq));
-            }
-            // Day and tracker rows are few (one per day with activity); their keys are listed.
-            for tag in [codec::DAY, codec::TRACK] {
-                for k in self.db.scan_prefix(codec::account_prefix(tag, no, *id)).keys() {
-                    b.remove(k.map_err(eng)?);
+                if let Some(rec) = &w.put {
+                    put(out, codec::idem_key(user.user_no, &rec.key), rec)?;
                 }
             }
         }
-        Ok(())
+        Op::DeleteUser { user } => {
+            out.push((codec::user_key(&user.user_id), None));
+            for tag in codec::USER_TAGS {
+                for (k, _) in r.prefix_rows(&codec::user_prefix(tag, user.user_no))? {
+                    out.push((k.to_vec(), None));
+                }
+            }
+        }
     }
+    Ok(())
+}
+
+fn change_rows(r: &dyn Rows, out: &mut Vec<Row>, no: u64, c: &Change) -> Result<(), StoreError> {
+    for a in &c.accounts {
+        put(out, codec::account_key(no, a.uuid), &**a)?;
+    }
+    for (acc, seq, rec) in &c.records {
+        put(out, codec::log_key(no, *acc, *seq), rec)?;
+    }
+    for id in &c.main_txids {
+        out.push((codec::txid_key(no, id), Some(IVec::default())));
+    }
+    for (acc, day, sums) in &c.days {
+        put(out, codec::day_key(codec::DAY, no, *acc, *day), sums)?;
+    }
+    for (acc, day, row) in &c.track {
+        put(out, codec::day_key(codec::TRACK, no, *acc, *day), row)?;
+    }
+    for (id, log_len) in &c.removed {
+        out.push((codec::account_key(no, *id), None));
+        // Log keys are computed from the log length: deleting never reads the log.
+        for seq in 0..*log_len {
+            out.push((codec::log_key(no, *id, seq), None));
+        }
+        // Day and tracker rows are few (one per day with activity); their keys are listed.
+        for tag in [codec::DAY, codec::TRACK] {
+            for (k, _) in r.prefix_rows(&codec::account_prefix(tag, no, *id))? {
+                out.push((k.to_vec(), None));
+            }
+        }
+    }
+    Ok(())
 }
