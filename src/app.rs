@@ -68,7 +68,8 @@ impl App {
             }
             None => {
                 std::fs::create_dir_all(&cfg.data_dir)?;
-                let j = Arc::new(JournalStore::open(&cfg.data_dir)?);
+                let every = std::time::Duration::from_millis(cfg.checkpoint_interval_ms);
+                let j = Arc::new(JournalStore::open_with(&cfg.data_dir, every)?);
                 (j.clone(), Some(j), None)
             }
         };

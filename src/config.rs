@@ -61,6 +61,11 @@ pub struct Config {
     /// the embedded engine under the data directory
     #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+    /// Milliseconds between checkpoints of the embedded engine at most, while writes arrive (a
+    /// checkpoint writes recent rows into sled, flushes it and deletes the journal it covers)
+    #[arg(long = "checkpoint-interval-ms", env = "CHECKPOINT_INTERVAL_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub checkpoint_interval_ms: u64,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -107,6 +112,7 @@ impl Config {
             metrics_enabled: true,
             log_format: "text".into(),
             database_url: None,
+            checkpoint_interval_ms: 5000,
             command: None,
         }
     }

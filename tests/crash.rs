@@ -47,7 +47,9 @@ impl Rng {
 }
 
 /// pfm on `dir`, with the test's token secret and no rate limit in the way of the load.
-const ENV: [(&str, &str); 2] = [("JWT_SECRET", SECRET), ("MAX_REQUESTS", "1000000000")];
+/// Checkpoints every 50 ms: kills land in the middle of checkpoints too.
+const ENV: [(&str, &str); 3] =
+    [("JWT_SECRET", SECRET), ("MAX_REQUESTS", "1000000000"), ("CHECKPOINT_INTERVAL_MS", "50")];
 
 #[track_caller]
 fn spawn(dir: &std::path::Path) -> Proc {

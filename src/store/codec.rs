@@ -10,12 +10,20 @@ use super::StoreError;
 pub const FORMAT_V1: u8 = 1;
 /// Account rows hold only the account; day and tracker aggregates are rows of their own.
 pub const FORMAT_V2: u8 = 2;
-/// The format this binary writes.
-pub const FORMAT: u8 = FORMAT_V2;
+/// A log or change row may hold a run of consecutive entries (checkpoints write runs); every
+/// other value is as in format 2.
+pub const FORMAT_V3: u8 = 3;
+/// The storage format of this binary (the marker in `META_FORMAT`).
+pub const FORMAT: u8 = FORMAT_V3;
+/// The version byte of single values, unchanged since format 2.
+const ROW: u8 = FORMAT_V2;
+/// The first byte of a row holding a run of entries: then, per entry, its length (u32
+/// little-endian) and its value as a single row holds it.
+pub const RUN: u8 = FORMAT_V3;
 
 pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
     let mut out = Vec::with_capacity(64);
-    out.push(FORMAT);
+    out.push(ROW);
     bincode::serde::encode_into_std_write(v, &mut out, bincode::config::standard())
         .map_err(|e| StoreError::Codec(e.to_string()))?;
     Ok(out)
@@ -40,7 +48,7 @@ fn version_error(v: Option<&u8>) -> StoreError {
 /// A value of the current format.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
     match bytes.split_first() {
-        Some((&FORMAT, body)) => decode_body(body),
+        Some((&ROW, body)) => decode_body(body),
         other => Err(version_error(other.map(|(v, _)| v))),
     }
 }
@@ -60,6 +68,48 @@ pub fn decode_v1<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
         Some((&FORMAT_V1, body)) => decode_body(body),
         other => Err(version_error(other.map(|(v, _)| v))),
     }
+}
+
+/// One run row made of single row values, in order.
+pub fn encode_run<'a>(values: impl Iterator<Item = &'a [u8]>) -> Result<Vec<u8>, StoreError> {
+    let mut out = vec![RUN];
+    for v in values {
+        let n = u32::try_from(v.len()).map_err(|_| StoreError::Codec("log record too large".into()))?;
+        out.extend_from_slice(&n.to_le_bytes());
+        out.extend_from_slice(v);
+    }
+    Ok(out)
+}
+
+/// The entries of a log or change row: one for a single row, several for a run.
+pub fn decode_run<T: DeserializeOwned>(bytes: &[u8]) -> Result<Vec<T>, StoreError> {
+    if bytes.first() != Some(&RUN) {
+        return Ok(vec![decode_compat(bytes)?]);
+    }
+    let mut out = Vec::new();
+    let mut rest = &bytes[1..];
+    while !rest.is_empty() {
+        let (n, tail) =
+            rest.split_at_checked(4).ok_or_else(|| StoreError::Corrupt("log run cut short".into()))?;
+        let n = u32::from_le_bytes([n[0], n[1], n[2], n[3]]) as usize;
+        let (v, tail) =
+            tail.split_at_checked(n).ok_or_else(|| StoreError::Corrupt("log run cut short".into()))?;
+        out.push(decode_compat(v)?);
+        rest = tail;
+    }
+    Ok(out)
+}
+
+/// For a key of a row that runs may join (a log row: tag, user, account, sequence number; a
+/// change row: tag, user, knowledge), the length of the prefix the run shares, and the row's
+/// sequence number (its first entry's, for a run).
+pub fn run_key(k: &[u8]) -> Option<(usize, u64)> {
+    let prefix = match (k.first(), k.len()) {
+        (Some(&LOG), 33) => 25,
+        (Some(&CHANGE), 17) => 9,
+        _ => return None,
+    };
+    Some((prefix, u64::from_be_bytes(k.get(prefix..)?.try_into().ok()?)))
 }
 
 pub const USER: u8 = b'u';
@@ -160,7 +210,20 @@ mod tests {
         let mut v = encode(&5u32).unwrap();
         assert_eq!(decode::<u32>(&v).unwrap(), 5);
         v[0] = FORMAT + 1;
+        assert!(matches!(decode_run::<u32>(&v), Err(StoreError::NewerFormat(_))));
         assert!(matches!(decode::<u32>(&v), Err(StoreError::NewerFormat(_))));
         assert!(matches!(decode_compat::<u32>(&v), Err(StoreError::NewerFormat(_))));
+    }
+
+    #[test]
+    fn a_run_reads_back_as_its_records_and_a_cut_one_is_refused() {
+        let vals: Vec<Vec<u8>> = [7u64, 8, 9].iter().map(|n| encode(n).unwrap()).collect();
+        let run = encode_run(vals.iter().map(|v| v.as_slice())).unwrap();
+        assert_eq!(decode_run::<u64>(&run).unwrap(), vec![7, 8, 9]);
+        assert_eq!(decode_run::<u64>(&vals[0]).unwrap(), vec![7]);
+        assert!(matches!(decode_run::<u64>(&run[..run.len() - 1]), Err(StoreError::Corrupt(_))));
+        assert_eq!(run_key(&log_key(3, 4, 99)), Some((25, 99)));
+        assert_eq!(run_key(&change_key(3, 42)), Some((9, 42)));
+        assert_eq!(run_key(&account_key(3, 4)), None);
     }
 }

@@ -69,8 +69,9 @@ impl From<OpV1> for Op {
 const SEGMENT_BYTES: u64 = 64 << 20;
 /// Most operations in one append + sync (bounds a batch's memory and latency).
 const MAX_BATCH: usize = 4096;
-/// Sled is flushed, and covered segments deleted, at least this often while writes arrive...
-const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+/// Sled is written and flushed, and covered segments deleted, at least this often while writes
+/// arrive (the default of `--checkpoint-interval-ms`)...
+pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// ...or once this much journal was written since the last checkpoint.
 const CHECKPOINT_BYTES: u64 = 128 << 20;
 /// The memtable is frozen and written into sled once it holds this much...
@@ -308,6 +309,11 @@ impl JournalStore {
     /// Opens the sled state under `dir`, replays the journal into it, and starts the journal
     /// and applier threads.
     pub fn open(dir: &Path) -> Result<JournalStore, StoreError> {
+        Self::open_with(dir, CHECKPOINT_EVERY)
+    }
+
+    /// As [`JournalStore::open`], with checkpoints at least every `checkpoint_every`.
+    pub fn open_with(dir: &Path, checkpoint_every: Duration) -> Result<JournalStore, StoreError> {
         let sled = SledStore::open(dir)?;
         let jdir = dir.join("journal");
         std::fs::create_dir_all(&jdir).map_err(|e| io(&jdir, e))?;
@@ -343,7 +349,7 @@ impl JournalStore {
         let s2 = shared.clone();
         let applier = std::thread::Builder::new()
             .name("pfm-applier".into())
-            .spawn(move || applier_thread(s2, arx, ctx))
+            .spawn(move || applier_thread(s2, arx, ctx, checkpoint_every))
             .map_err(|e| StoreError::Engine(e.to_string()))?;
         let s3 = shared.clone();
         let checkpointer = std::thread::Builder::new()
@@ -599,11 +605,11 @@ fn rotate(shared: &Shared, first_seq: u64) -> Result<(File, PathBuf), StoreError
 
 /// Stages every durable operation's rows in the memtable, then hands full memtables to the
 /// checkpoint thread.
-fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>, ctx: Sender<Arc<Memtable>>) {
+fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>, ctx: Sender<Arc<Memtable>>, every: Duration) {
     let mut since_checkpoint = 0u64;
     let mut last_checkpoint = Instant::now();
     loop {
-        let h = match arx.recv_timeout(Duration::from_millis(500)) {
+        let h = match arx.recv_timeout(every.min(Duration::from_millis(500))) {
             Ok(h) => Some(h),
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => break,
@@ -620,7 +626,7 @@ fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>, ctx: Sender<Arc<M
         let bytes = shared.overlay.active_bytes();
         let due = bytes >= MEMTABLE_BYTES
             || since_checkpoint >= CHECKPOINT_BYTES
-            || (bytes > 0 && last_checkpoint.elapsed() >= CHECKPOINT_EVERY);
+            || (bytes > 0 && last_checkpoint.elapsed() >= every);
         // While appends fail (a full disk) a sled write would fail too, and sled 0.34 refuses
         // everything after a failed write: the rows wait in memory, durable in the journal.
         if due && !shared.append_failing.load(Ordering::Acquire) {
@@ -706,18 +712,6 @@ fn checkpoint_thread(shared: Arc<Shared>, crx: Receiver<Arc<Memtable>>) {
     }
 }
 
-fn write_rows(s: &SledStore, m: &Memtable) -> Result<(), StoreError> {
-    let mut rows = m.rows().peekable();
-    while rows.peek().is_some() {
-        let chunk: Vec<_> = rows.by_ref().take(CHECKPOINT_CHUNK).collect();
-        // The last batch carries the journal record the table reaches: until it is in, a
-        // restart replays the journal from the previous table's.
-        let seq = rows.peek().is_none().then_some(m.last_seq());
-        s.apply_rows(chunk.into_iter().map(|(k, v)| (k.as_slice(), v.as_ref())), seq)?;
-    }
-    s.flush()
-}
-
 /// Writes a frozen table into sled and flushes; false if it gave up because the store is
 /// stopping (the journal still holds the rows: the next start replays them).
 ///
@@ -735,7 +729,7 @@ fn write_table(shared: &Shared, m: &Memtable) -> bool {
             return false;
         }
         let res = match shared.sled.read().as_ref() {
-            Some(s) => write_rows(s, m),
+            Some(s) => s.write_table(m.rows(), m.last_seq(), CHECKPOINT_CHUNK),
             None => Err(StoreError::Engine("storage is reopening".into())),
         };
         match res {

@@ -15,6 +15,23 @@ use super::v1::AccountV1;
 use super::{IdemRecord, Op, StoreError, SyncRow, UserMeta, UserRecord};
 use sled::IVec;
 
+/// Most entries in one run (bounds the bytes a read of a few entries decodes).
+const RUN_MAX: usize = 128;
+
+type Run<'a> = (&'a Vec<u8>, u64, Vec<&'a IVec>);
+
+/// The row of a finished run: a single row as it was, or a run row.
+fn close_run(run: Option<Run<'_>>, out: &mut Vec<Row>) -> Result<(), StoreError> {
+    if let Some((k, _, vals)) = run {
+        let v = match vals.as_slice() {
+            [one] => (*one).clone(),
+            many => IVec::from(codec::encode_run(many.iter().map(|v| v.as_ref()))?),
+        };
+        out.push((k.clone(), Some(v)));
+    }
+    Ok(())
+}
+
 pub struct SledStore {
     db: sled::Db,
 }
@@ -159,6 +176,52 @@ impl SledStore {
         self.db.apply_batch(b).map_err(eng)
     }
 
+    /// Writes a memtable's rows in batches of `chunk` rows, consecutive single log records of
+    /// one account, and change rows of one user, joined into runs (fewer, larger rows: a new key costs sled far more than
+    /// its bytes); the last batch carries journal record `last_seq`. Not atomic as a whole: a
+    /// restart replays the journal from the previous table's record.
+    pub fn write_table<'a>(
+        &self,
+        rows: impl Iterator<Item = (&'a Vec<u8>, &'a Option<IVec>)>,
+        last_seq: u64,
+        chunk: usize,
+    ) -> Result<(), StoreError> {
+        let mut out: Vec<Row> = Vec::with_capacity(chunk);
+        // The open run: its first key, next sequence number, and the single values it joins.
+        let mut run: Option<(&'a Vec<u8>, u64, Vec<&'a IVec>)> = None;
+        for (k, v) in rows {
+            let single = match (v, codec::run_key(k)) {
+                (Some(v), Some((prefix, seq))) if v.first() != Some(&codec::RUN) => Some((v, prefix, seq)),
+                _ => None,
+            };
+            if let Some((v, prefix, seq)) = single {
+                if let Some((first, next, vals)) = &mut run {
+                    if first.len() == k.len()
+                        && first[..prefix] == k[..prefix]
+                        && *next == seq
+                        && vals.len() < RUN_MAX
+                    {
+                        vals.push(v);
+                        *next += 1;
+                        continue;
+                    }
+                }
+                close_run(run.take(), &mut out)?;
+                run = Some((k, seq + 1, vec![v]));
+            } else {
+                close_run(run.take(), &mut out)?;
+                out.push((k.clone(), v.clone()));
+            }
+            if out.len() >= chunk {
+                self.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None)?;
+                out.clear();
+            }
+        }
+        close_run(run, &mut out)?;
+        self.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), Some(last_seq))?;
+        self.flush()
+    }
+
     /// Makes everything applied so far durable in sled.
     pub fn flush(&self) -> Result<(), StoreError> {
         self.db.flush().map(|_| ()).map_err(eng)
@@ -170,6 +233,7 @@ impl SledStore {
     }
 }
 
+/// Records `from..to` of an account's log.
 pub fn read_log(
     r: &dyn Rows,
     user_no: u64,
@@ -177,9 +241,55 @@ pub fn read_log(
     from: u64,
     to: u64,
 ) -> Result<Vec<TxRecord>, StoreError> {
-    let start = codec::log_key(user_no, acc, from);
-    let end = codec::log_key(user_no, acc, to);
-    r.range_rows(&start, Some(&end), false, usize::MAX)?.iter().map(|(_, v)| decode_compat(v)).collect()
+    read_runs(r, &codec::account_prefix(codec::LOG, user_no, acc), from, to, usize::MAX)
+}
+
+/// Entries `from..to` (at most `max`) of rows keyed by `prefix` + sequence number, single rows
+/// or runs (written by checkpoints). An entry may be in both (a restart's replay writes single
+/// rows over a checkpoint cut short): each sequence number is taken once.
+fn read_runs<T: serde::de::DeserializeOwned>(
+    r: &dyn Rows,
+    prefix: &[u8],
+    from: u64,
+    to: u64,
+    max: usize,
+) -> Result<Vec<T>, StoreError> {
+    if from >= to || max == 0 {
+        return Ok(Vec::new());
+    }
+    let key = |seq: u64| {
+        let mut k = prefix.to_vec();
+        k.extend_from_slice(&seq.to_be_bytes());
+        k
+    };
+    let end = key(to);
+    let mut next = key(from);
+    // A run that starts before `from` may reach into the range.
+    let mut rows = r.range_rows(prefix, Some(&next), true, 1)?;
+    let page = max.clamp(64, 4096);
+    let mut out: std::collections::BTreeMap<u64, T> = std::collections::BTreeMap::new();
+    loop {
+        let more = r.range_rows(&next, Some(&end), false, page)?;
+        let full = more.len() == page;
+        if let Some((k, _)) = more.last() {
+            next = k.to_vec();
+            next.push(0);
+        }
+        rows.extend(more);
+        for (k, v) in rows.drain(..) {
+            let first =
+                codec::run_key(&k).ok_or_else(|| StoreError::Corrupt(format!("bad run key {k:?}")))?.1;
+            for (i, e) in codec::decode_run::<T>(&v)?.into_iter().enumerate() {
+                let seq = first + i as u64;
+                if (from..to).contains(&seq) {
+                    out.entry(seq).or_insert(e);
+                }
+            }
+        }
+        if !full || out.len() >= max {
+            return Ok(out.into_values().take(max).collect());
+        }
+    }
 }
 
 /// Every user id, in key order.
@@ -197,7 +307,7 @@ pub fn load_meta(r: &dyn Rows, user_no: u64) -> Result<UserMeta, StoreError> {
     let prefix = codec::user_prefix(codec::CHANGE, user_no);
     let hi = successor(&prefix);
     let knowledge = match r.range_rows(&prefix, hi.as_deref(), true, 1)?.first() {
-        Some((_, v)) => decode::<SyncRow>(v)?.knowledge,
+        Some((_, v)) => codec::decode_run::<SyncRow>(v)?.last().map_or(0, |c| c.knowledge),
         None => 0,
     };
     let mut idem = Vec::new();
@@ -217,11 +327,7 @@ pub fn read_changes(
     if after >= upto {
         return Ok(Vec::new());
     }
-    let start = codec::change_key(user_no, after + 1);
-    // Up to and including `upto`: the smallest key after it ends the range.
-    let mut end = codec::change_key(user_no, upto);
-    end.push(0);
-    r.range_rows(&start, Some(&end), false, max)?.iter().map(|(_, v)| decode(v)).collect()
+    read_runs(r, &codec::user_prefix(codec::CHANGE, user_no), after + 1, upto.saturating_add(1), max)
 }
 
 pub fn main_txid_exists(r: &dyn Rows, user_no: u64, id: &str) -> Result<bool, StoreError> {
@@ -321,18 +427,105 @@ fn change_rows(r: &dyn Rows, out: &mut Vec<Row>, no: u64, c: &Change) -> Result<
     for (acc, day, row) in &c.track {
         put(out, codec::day_key(codec::TRACK, no, *acc, *day), row)?;
     }
-    for (id, log_len) in &c.removed {
+    for (id, _) in &c.removed {
         out.push((codec::account_key(no, *id), None));
-        // Log keys are computed from the log length: deleting never reads the log.
-        for seq in 0..*log_len {
-            out.push((codec::log_key(no, *id, seq), None));
-        }
-        // Day and tracker rows are few (one per day with activity); their keys are listed.
-        for tag in [codec::DAY, codec::TRACK] {
+        // Log rows are single records or runs: their keys are listed, like day and tracker
+        // rows (one per day with activity).
+        for tag in [codec::LOG, codec::DAY, codec::TRACK] {
             for (k, _) in r.prefix_rows(&codec::account_prefix(tag, no, *id))? {
                 out.push((k.to_vec(), None));
             }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::overlay::Overlay;
+
+    fn rec(n: u64) -> TxRecord {
+        TxRecord {
+            deposit: true,
+            by: "User".into(),
+            id: format!("t{n}"),
+            channel: "c".into(),
+            amount: n as i64 + 1,
+            balance: 0,
+            amount_due: 0,
+            overall_balance: 0,
+            date: 0,
+        }
+    }
+
+    fn ids(v: &[TxRecord]) -> Vec<String> {
+        v.iter().map(|r| r.id.clone()).collect()
+    }
+
+    fn want(seqs: std::ops::Range<u64>) -> Vec<String> {
+        seqs.map(|n| format!("t{n}")).collect()
+    }
+
+    #[test]
+    fn checkpoints_join_log_records_into_runs_that_read_back_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let (no, a, b) = (7u64, 11u128, 12u128);
+        let ov = Overlay::default();
+        let mut rows: Vec<Row> = Vec::new();
+        for n in 0..300 {
+            rows.push((codec::log_key(no, a, n), Some(IVec::from(encode(&rec(n)).unwrap()))));
+        }
+        for n in 0..5 {
+            rows.push((codec::log_key(no, b, n), Some(IVec::from(encode(&rec(n)).unwrap()))));
+        }
+        rows.push((codec::txid_key(no, "x"), Some(IVec::default())));
+        for k in 1..=300 {
+            let c = SyncRow { knowledge: k, ..SyncRow::default() };
+            rows.push((codec::change_key(no, k), Some(IVec::from(encode(&c).unwrap()))));
+        }
+        ov.stage(rows, 9);
+        let m = ov.freeze().unwrap();
+        s.write_table(m.rows(), m.last_seq(), 50).unwrap();
+        ov.release_frozen();
+        assert_eq!(s.applied_seq().unwrap(), 9);
+        // 300 records in runs of at most 128; account b's five in one run.
+        assert_eq!(s.db.scan_prefix(codec::account_prefix(codec::LOG, no, a)).count(), 3);
+        assert_eq!(s.db.scan_prefix(codec::account_prefix(codec::LOG, no, b)).count(), 1);
+        let r: &dyn Rows = &s.db;
+        assert_eq!(ids(&read_log(r, no, a, 0, 300).unwrap()), want(0..300));
+        assert_eq!(ids(&read_log(r, no, a, 130, 140).unwrap()), want(130..140));
+        assert_eq!(ids(&read_log(r, no, a, 250, 400).unwrap()), want(250..300));
+        assert_eq!(ids(&read_log(r, no, b, 2, 3).unwrap()), want(2..3));
+        assert!(read_log(r, no, a, 5, 5).unwrap().is_empty());
+        assert!(main_txid_exists(r, no, "x").unwrap());
+        // Change rows join into runs too; pages cross run boundaries.
+        assert_eq!(s.db.scan_prefix(codec::user_prefix(codec::CHANGE, no)).count(), 3);
+        let knows = |after, upto, max| -> Vec<u64> {
+            read_changes(r, no, after, upto, max).unwrap().iter().map(|c| c.knowledge).collect()
+        };
+        assert_eq!(knows(0, 300, 10), (1..=10).collect::<Vec<_>>());
+        assert_eq!(knows(125, 140, 100), (126..=140).collect::<Vec<_>>());
+        assert_eq!(knows(100, 300, 1000), (101..=300).collect::<Vec<_>>());
+        assert!(knows(300, 300, 10).is_empty());
+        assert_eq!(load_meta(r, no).unwrap().knowledge, 300);
+        // A checkpoint cut short before its last batch leaves runs whose records a restart's
+        // replay writes again as single rows (on the runs' own keys too): each record is still
+        // read once, in order.
+        let singles: Vec<Row> = (128..300)
+            .map(|n| (codec::log_key(no, a, n), Some(IVec::from(encode(&rec(n)).unwrap()))))
+            .collect();
+        s.apply_rows(singles.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None).unwrap();
+        assert_eq!(ids(&read_log(r, no, a, 120, 135).unwrap()), want(120..135));
+        assert_eq!(ids(&read_log(r, no, a, 0, 300).unwrap()), want(0..300));
+        // Removing the account lists its runs and singles and removes every one.
+        let change = Change { removed: vec![(a, 300)], ..Change::default() };
+        let mut out = Vec::new();
+        change_rows(r, &mut out, no, &change).unwrap();
+        s.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None).unwrap();
+        assert!(read_log(r, no, a, 0, 300).unwrap().is_empty());
+        assert_eq!(s.db.scan_prefix(codec::account_prefix(codec::LOG, no, a)).count(), 0);
+        assert_eq!(ids(&read_log(r, no, b, 0, 5).unwrap()), want(0..5));
+    }
 }

@@ -85,6 +85,9 @@ impl Srv {
         let mut cfg = Config::for_dir(dir.path());
         cfg.jwt_secret = Some(SECRET.into());
         cfg.database_url = fresh_database();
+        // Checkpoints every 25 ms, so every test also reads rows spread over the memtables,
+        // sled's single rows and its runs.
+        cfg.checkpoint_interval_ms = 25;
         f(&mut cfg);
         let clock = Arc::new(ManualClock::at_secs(T0));
         let run = pfm::start(cfg.clone(), clock.clone()).expect("server starts");
