@@ -47,11 +47,13 @@ pub const CH_TRANSFER: &str = "Internal Transfer";
 
 /// `SYS` + 10 uppercase hex characters, random (10.2).
 pub fn generate_id() -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let b = uuid::Uuid::new_v4().into_bytes();
     let mut s = String::with_capacity(13);
     s.push_str("SYS");
     for x in &b[..5] {
-        s.push_str(&format!("{x:02X}"));
+        s.push(char::from(HEX[usize::from(x >> 4)]));
+        s.push(char::from(HEX[usize::from(x & 15)]));
     }
     s
 }
@@ -589,5 +591,16 @@ mod tests {
         // S4
         assert_eq!(largest_remainder(16, &[100_000; 10]).unwrap(), vec![2, 2, 2, 2, 2, 2, 1, 1, 1, 1]);
         assert!(largest_remainder(100, &[0, 0]).is_none());
+    }
+
+    #[test]
+    fn generated_ids_are_sys_and_ten_uppercase_hex_digits() {
+        for _ in 0..100 {
+            let id = generate_id();
+            assert_eq!(id.len(), 13, "{id}");
+            assert!(id.starts_with("SYS"), "{id}");
+            assert!(id[3..].bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b)), "{id}");
+        }
+        assert_ne!(generate_id(), generate_id());
     }
 }
