@@ -9,6 +9,7 @@
 # Goal (issue 6): history/fresh <= 1.2x bytes and >= 0.9x throughput.
 # Loopback only, bounded. Usage: scripts/history_bench.sh [N=2000]
 # Env: DAYS (default 700), PER_DAY (default 2), SETTLE (seconds, default 2), ROUNDS (default 4),
+# CHECKPOINT_INTERVAL_MS (default 500),
 # MAIN_ONLY=1 (back-date
 # deposits into main only: the other accounts' records are then all dated today, as internal flows
 # are, so only main's per-day history grows).
@@ -25,7 +26,9 @@ mkdir -p target/bench-tmp
 WORK=$(mktemp -d -p target/bench-tmp history.XXXXXX)
 SECRET=history-bench-secret-history-bench-000
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn \
+# Checkpoints (the memtable written into sled) every 500 ms, well inside SETTLE: the bytes a
+# checkpoint writes then land in the window of the deposits that made them, not in a later one.
+JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn CHECKPOINT_INTERVAL_MS=${CHECKPOINT_INTERVAL_MS:-500} \
   ./target/release/pfm --host 127.0.0.1 --port "$PORT" --data-dir "$WORK/pfm" & PFM=$!
 trap 'kill $PFM 2>/dev/null; wait $PFM 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/__ping__" && break; sleep 0.1; done
