@@ -10,15 +10,16 @@
 //!    number and queues it, all under one short lock, so queue order is sequence order.
 //! 2. The journal thread takes everything queued, appends it as checksummed frames, calls
 //!    `fdatasync` once, and only then acknowledges each operation, in order.
-//! 3. The applier thread applies each durable operation to sled (one atomic batch carrying the
-//!    sequence number, no flush). Every few seconds it flushes sled and deletes the journal
-//!    segments that flush covers.
+//! 3. The applier thread puts each durable operation's rows in a memtable ([`super::overlay`]).
+//!    Every few seconds (or once it is large) the checkpoint thread writes the frozen table into
+//!    sled in large batches (log records and change rows joined into runs), flushes sled, and
+//!    deletes the journal segments that flush covers.
 //! 4. At start, records after sled's applied sequence number are applied again (replay).
 //!
 //! Reads of storage (a user's rows, a log, a transaction id) first wait until the applier has
-//! caught up with every operation already acknowledged, so they never miss an acknowledged write;
-//! transaction ids of operations queued but not yet applied are kept in memory for the /deposit
-//! duplicate check. If an append or sync fails, the batch is cut off the file again and fails,
+//! staged every operation already acknowledged, then read the tables over sled, so they never
+//! miss an acknowledged write; transaction ids of operations queued but not yet staged are kept
+//! in memory for the /deposit duplicate check. If an append or sync fails, the batch is cut off the file again and fails,
 //! and every later operation computed from the same state (`basis`) fails too.
 //!
 //! Frame: magic u32 | payload length u32 | sequence u64 | header crc32 | payload crc32 |
