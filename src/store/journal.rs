@@ -371,7 +371,6 @@ impl JournalStore {
 
     /// Every user id (`pfm migrate`).
     pub async fn user_ids(&self) -> Result<Vec<String>, StoreError> {
-        self.catch_up().await?;
         self.read(sled_store::user_ids).await
     }
 
@@ -390,10 +389,16 @@ impl JournalStore {
         }
     }
 
+    /// Reads rows through the memtables once the applier holds every acknowledged operation.
+    async fn read<T>(&self, f: impl Fn(&dyn Rows) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.catch_up().await?;
+        self.read_now(f).await
+    }
+
     /// Reads rows through the memtables. While sled is being brought back after a failure,
     /// waits for it (up to the catch-up limit) rather than fail the read: the rows are all in
     /// the tables or in what sled recovered.
-    async fn read<T>(&self, f: impl Fn(&dyn Rows) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    async fn read_now<T>(&self, f: impl Fn(&dyn Rows) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let deadline = Instant::now() + CATCH_UP_LIMIT;
         loop {
             match self.shared.read(&f) {
@@ -901,10 +906,7 @@ impl Store for JournalStore {
         &'a self,
         user_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>> {
-        Box::pin(async move {
-            self.catch_up().await?;
-            self.read(|r| sled_store::load_user(r, user_id)).await
-        })
+        Box::pin(async move { self.read(|r| sled_store::load_user(r, user_id)).await })
     }
 
     fn read_log(
@@ -914,17 +916,11 @@ impl Store for JournalStore {
         from: u64,
         to: u64,
     ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
-        Box::pin(async move {
-            self.catch_up().await?;
-            self.read(|r| sled_store::read_log(r, user_no, acc, from, to)).await
-        })
+        Box::pin(async move { self.read(|r| sled_store::read_log(r, user_no, acc, from, to)).await })
     }
 
     fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
-        Box::pin(async move {
-            self.catch_up().await?;
-            self.read(|r| sled_store::load_meta(r, user_no)).await
-        })
+        Box::pin(async move { self.read(|r| sled_store::load_meta(r, user_no)).await })
     }
 
     fn read_changes(
@@ -934,10 +930,7 @@ impl Store for JournalStore {
         upto: u64,
         max: usize,
     ) -> BoxFuture<'_, Result<Vec<SyncRow>, StoreError>> {
-        Box::pin(async move {
-            self.catch_up().await?;
-            self.read(|r| sled_store::read_changes(r, user_no, after, upto, max)).await
-        })
+        Box::pin(async move { self.read(|r| sled_store::read_changes(r, user_no, after, upto, max)).await })
     }
 
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
@@ -946,7 +939,7 @@ impl Store for JournalStore {
             if self.shared.pending_txids.lock().get(&user_no).is_some_and(|m| m.contains_key(id)) {
                 return Ok(true);
             }
-            self.read(|r| sled_store::main_txid_exists(r, user_no, id)).await
+            self.read_now(|r| sled_store::main_txid_exists(r, user_no, id)).await
         })
     }
 
