@@ -8,8 +8,10 @@
 //! Two memtables: the active one takes new rows; a checkpoint freezes it and writes the frozen
 //! one into sled while the next one fills. A read looks at the active table, then the frozen
 //! one, then sled. A reader copies what it needs of the tables under the lock and then reads
-//! sled without it; if a newer table started to be written into sled meanwhile (the `epoch`
-//! moved), sled may hold rows newer than the copy, so the read starts again.
+//! sled without it. The `epoch` moves whenever the layers change: when a table is frozen (sled
+//! may then take rows newer than a reader's copy) and when a written table is dropped (its rows
+//! then sit in sled only, joined into runs whose keys differ from the single rows a reader saw
+//! one call earlier). A read that several calls make up starts again if the epoch moved.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -106,9 +108,6 @@ impl Memtable {
     pub fn rows(&self) -> impl Iterator<Item = (&Vec<u8>, &Option<IVec>)> {
         self.rows.iter()
     }
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
@@ -127,7 +126,7 @@ struct Tables {
 
 pub struct Overlay {
     tables: RwLock<Tables>,
-    /// Moves each time a table is frozen, before it is written into sled.
+    /// Moves each time a table is frozen (before it is written into sled) or dropped.
     epoch: AtomicU64,
 }
 
@@ -175,7 +174,9 @@ impl Overlay {
 
     /// The frozen table is in sled (and flushed): reads no longer need it.
     pub fn release_frozen(&self) {
-        self.tables.write().frozen = None;
+        let mut t = self.tables.write();
+        t.frozen = None;
+        self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Runs `f` against the memtables over `db`, again if a checkpoint raced with it.
@@ -352,6 +353,31 @@ mod tests {
             .unwrap();
         assert_eq!(runs.get(), 2);
         assert_eq!(v.as_deref(), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn a_read_across_a_dropped_table_starts_again() {
+        let (_d, db) = db();
+        let ov = Overlay::default();
+        ov.stage(vec![put(b"k1", b"1"), put(b"k2", b"2")], 1);
+        let m = ov.freeze().unwrap();
+        for (k, v) in m.rows() {
+            db.insert(k.as_slice(), v.clone().unwrap()).unwrap();
+        }
+        let runs = Cell::new(0);
+        let v = ov
+            .read(&db, |r| {
+                runs.set(runs.get() + 1);
+                let first = r.fetch(b"k1")?;
+                if runs.get() == 1 {
+                    // The checkpoint finishes between two calls of one read.
+                    ov.release_frozen();
+                }
+                Ok((first, r.fetch(b"k2")?))
+            })
+            .unwrap();
+        assert_eq!(runs.get(), 2);
+        assert_eq!((v.0.as_deref(), v.1.as_deref()), (Some(&b"1"[..]), Some(&b"2"[..])));
     }
 
     #[test]
