@@ -96,8 +96,4 @@ impl App {
             clock,
         }))
     }
-
-    pub fn now_secs_f64(&self) -> f64 {
-        self.clock.now_micros() as f64 / 1e6
-    }
 }

@@ -26,7 +26,7 @@ use crate::store::{IdemRecord, StoreError};
 /// One request as a handler sees it.
 pub struct Rq {
     pub params: Params,
-    pub ident: Option<Identity>,
+    pub ident: Option<std::sync::Arc<Identity>>,
     pub now_us: i64,
     pub has_auth: bool,
     /// The request's `Idempotency-Key`, when it carries one and writes (issue 8 item 4).
@@ -50,7 +50,7 @@ impl Rq {
         self.now_us.div_euclid(1_000_000)
     }
     fn ident(&self) -> Result<&Identity, ApiError> {
-        self.ident.as_ref().ok_or_else(|| ApiError::Internal("protected endpoint without identity".into()))
+        self.ident.as_deref().ok_or_else(|| ApiError::Internal("protected endpoint without identity".into()))
     }
     fn user_id(&self) -> Result<&str, ApiError> {
         self.ident().map(|i| i.user_id.as_str())

@@ -1,6 +1,8 @@
 //! HS256 tokens (SPEC 4.3). jsonwebtoken checks the signature and the header algorithm only; the
 //! claim rules of 4.3 are applied here, because its defaults contradict them.
 
+use std::sync::Arc;
+
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 
 use super::limits::{KeyTable, DEFAULT_TRACKED_KEYS};
@@ -29,7 +31,8 @@ const MAX_CLAIM_USER_ID: usize = 256;
 /// A token whose signature and claim shapes are valid; only its times remain to check.
 #[derive(Debug, Clone)]
 struct Verified {
-    identity: Identity,
+    /// Shared, so a cache hit hands it out without copying its strings.
+    identity: Arc<Identity>,
     exp: Option<f64>,
     nbf: Option<f64>,
 }
@@ -57,7 +60,7 @@ impl Jwt {
 
     /// Verifies a token at `now_secs`; `None` on any failure. A token whose signature and
     /// claims were checked once is remembered, so repeat requests only re-check its times.
-    pub fn verify(&self, token: &str, now_secs: f64) -> Option<Identity> {
+    pub fn verify(&self, token: &str, now_secs: f64) -> Option<Arc<Identity>> {
         let v = match self.cache.with(token, |e| e.clone()) {
             Some(v) => v,
             None => {
@@ -95,7 +98,7 @@ impl Jwt {
             Some(Value::String(s)) => s.clone(),
             _ => "user".to_string(),
         };
-        Some(Verified { identity: Identity { user_id, role }, exp, nbf })
+        Some(Verified { identity: Arc::new(Identity { user_id, role }), exp, nbf })
     }
 
     pub fn sign(&self, claims: &Map<String, Value>) -> Result<String, String> {
@@ -118,7 +121,7 @@ mod tests {
         let j = Jwt::new(b"k");
         let t = token(&j, json!({"user_id": "u", "exp": 100, "nbf": 50}));
         assert!(j.verify(&t, 49.0).is_none());
-        assert_eq!(j.verify(&t, 60.0).map(|i| i.user_id), Some("u".into()));
+        assert_eq!(j.verify(&t, 60.0).map(|i| i.user_id.clone()), Some("u".into()));
         assert!(j.verify(&t, 100.0).is_some());
         assert!(j.verify(&t, 100.5).is_none());
         let other = Jwt::new(b"another key");

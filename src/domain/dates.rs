@@ -1,6 +1,7 @@
 //! UTC calendar arithmetic and the strict date grammar of SPEC 3.4. Instants are whole seconds
 //! since the Unix epoch; days are days since the epoch.
 
+use std::fmt::Write as _;
 pub const DAY_SECS: i64 = 86_400;
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
@@ -69,12 +70,20 @@ pub fn fmt_due(secs: i64) -> String {
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` (envelope timing).
 pub fn fmt_millis(ms: i64) -> String {
+    let mut out = String::with_capacity(24);
+    push_millis(&mut out, ms);
+    out
+}
+
+/// [`fmt_millis`] appended to `out` (every answer carries two of these).
+pub fn push_millis(out: &mut String, ms: i64) {
     let secs = ms.div_euclid(1000);
     let day = day_of(secs);
     let t = secs - day * DAY_SECS;
     let (y, m, d) = civil_from_days(day);
     if !(0..=9999).contains(&y) {
-        return format!(
+        let _ = write!(
+            out,
             "{}T{:02}:{:02}:{:02}.{:03}Z",
             fmt_day(day),
             t / 3600,
@@ -82,10 +91,10 @@ pub fn fmt_millis(ms: i64) -> String {
             t % 60,
             ms.rem_euclid(1000)
         );
+        return;
     }
-    // Every answer carries two of these: digits are pushed directly, without the fmt machinery.
-    let mut out = String::with_capacity(24);
-    push_digits(&mut out, y, 4);
+    // Digits are pushed directly, without the fmt machinery.
+    push_digits(out, y, 4);
     let rest = [
         ('-', i64::from(m), 2),
         ('-', i64::from(d), 2),
@@ -96,10 +105,9 @@ pub fn fmt_millis(ms: i64) -> String {
     ];
     for (sep, v, width) in rest {
         out.push(sep);
-        push_digits(&mut out, v, width);
+        push_digits(out, v, width);
     }
     out.push('Z');
-    out
 }
 
 /// `v` (0 <= v < 10^width) as exactly `width` decimal digits.

@@ -162,16 +162,25 @@ pub fn fmt_money(cents: i128) -> String {
 
 /// Plain decimal with trailing zeros stripped, from an integer at `scale` fractional digits.
 pub fn fmt_scaled(v: i128, scale: u32) -> String {
-    let neg = v < 0;
-    let a = v.unsigned_abs();
-    let p = 10u128.pow(scale);
-    let int = a / p;
-    let mut frac = a % p;
     let mut out = String::with_capacity(24);
-    if neg {
+    push_scaled(&mut out, v, scale);
+    out
+}
+
+/// [`fmt_scaled`] appended to `out`: every answer renders a few of these, so no allocation and,
+/// for values that fit 64 bits (all real amounts), no 128-bit division.
+pub fn push_scaled(out: &mut String, v: i128, scale: u32) {
+    if v < 0 {
         out.push('-');
     }
-    out.push_str(&int.to_string());
+    let a = v.unsigned_abs();
+    let p = 10u128.pow(scale);
+    let (int, mut frac) = match (u64::try_from(a), u64::try_from(p)) {
+        (Ok(a), Ok(p)) => (u128::from(a / p), u128::from(a % p)),
+        _ => (a / p, a % p),
+    };
+    let mut ib = itoa::Buffer::new();
+    out.push_str(ib.format(int));
     if frac != 0 {
         let mut width = scale as usize;
         while frac.is_multiple_of(10) {
@@ -179,13 +188,12 @@ pub fn fmt_scaled(v: i128, scale: u32) -> String {
             width -= 1;
         }
         out.push('.');
-        let f = frac.to_string();
+        let f = ib.format(frac);
         for _ in f.len()..width {
             out.push('0');
         }
-        out.push_str(&f);
+        out.push_str(f);
     }
-    out
 }
 
 /// Integer division rounding half away from zero (den > 0).
@@ -250,6 +258,11 @@ mod tests {
         assert_eq!(fmt_money(-1230), "-12.3");
         assert_eq!(fmt_scaled(333333, 6), "0.333333");
         assert_eq!(fmt_scaled(0, 6), "0");
+        assert_eq!(fmt_scaled(-5, 6), "-0.000005");
+        // Past 64 bits the 128-bit path takes over, with the same text.
+        assert_eq!(fmt_scaled(i128::MAX, 2), "1701411834604692317316873037158841057.27");
+        assert_eq!(fmt_scaled(i128::MIN, 0), i128::MIN.to_string());
+        assert_eq!(fmt_scaled(i128::from(u64::MAX) * 100 + 1, 2), format!("{}.01", u64::MAX));
         assert_eq!(div_round(5, 2), 3);
         assert_eq!(div_round(-5, 2), -3);
         assert_eq!(div_round(4, 3), 1);

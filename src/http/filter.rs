@@ -2,6 +2,7 @@
 //! backoff and rate limits. It runs before routing, on every path and method.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use hyper::Method;
@@ -14,7 +15,7 @@ use crate::auth::limits::{Failure, Quota, Verdict};
 /// Who is asking, once the filter let the request through.
 pub enum Pass {
     Public,
-    User(Identity),
+    User(Arc<Identity>),
 }
 
 /// A request the filter let through, with the state of the limiter that counted it.
@@ -40,17 +41,39 @@ const POLICY: &str = "default";
 
 /// `RateLimit-Policy` and `RateLimit` (IETF httpapi ratelimit-headers draft) for `q`.
 pub fn ratelimit_headers(q: &Quota) -> [(HeaderName, HeaderValue); 2] {
-    let hv = |s: String| HeaderValue::from_str(&s).unwrap_or(HeaderValue::from_static("\"default\""));
+    // Every answer carries both: the policy (fixed by configuration) is built once per thread,
+    // the state with itoa into one small buffer, without the fmt machinery.
+    thread_local! {
+        static POLICY_VALUE: std::cell::RefCell<Option<((u64, u64), HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let policy = POLICY_VALUE.with_borrow_mut(|cached| match cached {
+        Some((k, v)) if *k == (q.limit, q.window_secs) => v.clone(),
+        _ => {
+            let v = header_value(&[b"q=", b"w="], [q.limit, q.window_secs]);
+            *cached = Some(((q.limit, q.window_secs), v.clone()));
+            v
+        }
+    });
     [
-        (
-            HeaderName::from_static("ratelimit-policy"),
-            hv(format!("\"{POLICY}\";q={};w={}", q.limit, q.window_secs)),
-        ),
-        (
-            HeaderName::from_static("ratelimit"),
-            hv(format!("\"{POLICY}\";r={};t={}", q.remaining, q.reset_secs)),
-        ),
+        (HeaderName::from_static("ratelimit-policy"), policy),
+        (HeaderName::from_static("ratelimit"), header_value(&[b"r=", b"t="], [q.remaining, q.reset_secs])),
     ]
+}
+
+/// `"default";<k0><v0>;<k1><v1>`
+fn header_value(keys: &[&[u8]; 2], vals: [u64; 2]) -> HeaderValue {
+    let mut b = Vec::with_capacity(64);
+    b.push(b'"');
+    b.extend_from_slice(POLICY.as_bytes());
+    b.push(b'"');
+    let mut ib = itoa::Buffer::new();
+    for (k, v) in keys.iter().zip(vals) {
+        b.push(b';');
+        b.extend_from_slice(k);
+        b.extend_from_slice(ib.format(v).as_bytes());
+    }
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(b)).unwrap_or(HeaderValue::from_static("\"default\""))
 }
 
 pub fn client_ip(app: &App, headers: &HeaderMap, peer: IpAddr) -> String {
@@ -92,6 +115,7 @@ pub fn run(
     path: &str,
     headers: &HeaderMap,
     peer: IpAddr,
+    now_us: i64,
 ) -> Result<Passed, Reply> {
     if app.cfg.cors_allow_origin.is_some() && method == Method::OPTIONS {
         let mut r = Reply::json(204, String::new());
@@ -106,7 +130,7 @@ pub fn run(
         r.headers.push((hyper::header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600")));
         return Err(r);
     }
-    let t = app.now_secs_f64();
+    let t = now_us as f64 / 1e6;
     if is_public(app, method, path, headers) {
         let ip = client_ip(app, headers, peer);
         let (verdict, quota) = app.ip_limiter.check_quota(&ip, t);

@@ -1,7 +1,7 @@
 //! A small JSON object writer. Responses are written by hand so key order is the documented
 //! order and numbers are exact decimal text (never through f64, never exponent notation).
 
-use crate::domain::num::fmt_money;
+use std::fmt::Write as _;
 
 #[derive(Debug, Default, Clone)]
 pub struct Obj {
@@ -10,17 +10,29 @@ pub struct Obj {
 
 pub fn escape_into(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+    // Most text needs no escaping: copy the plain stretches whole.
+    let bytes = s.as_bytes();
+    let mut plain = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            b if b < 0x20 => "",
+            _ => continue,
+        };
+        // Every byte that needs escaping is ASCII, so these slice bounds are char boundaries.
+        out.push_str(&s[plain..i]);
+        if esc.is_empty() {
+            let _ = write!(out, "\\u{:04x}", b);
+        } else {
+            out.push_str(esc);
         }
+        plain = i + 1;
     }
+    out.push_str(&s[plain..]);
     out.push('"');
 }
 
@@ -58,14 +70,14 @@ impl Obj {
     }
 
     pub fn int(mut self, k: &str, v: i128) -> Obj {
-        let t = v.to_string();
-        self.key(k).push_str(&t);
+        let mut b = itoa::Buffer::new();
+        self.key(k).push_str(b.format(v));
         self
     }
 
-    pub fn money(self, k: &str, cents: i128) -> Obj {
-        let t = fmt_money(cents);
-        self.num(k, &t)
+    pub fn money(mut self, k: &str, cents: i128) -> Obj {
+        crate::domain::num::push_scaled(self.key(k), cents, 2);
+        self
     }
 
     pub fn bool(mut self, k: &str, v: bool) -> Obj {
@@ -351,6 +363,16 @@ fn round4(t: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaping_covers_quotes_backslashes_and_control_characters_only() {
+        let mut out = String::new();
+        escape_into(&mut out, "plain é ✓ \"q\" \\ \n\r\t\u{1}\u{1f} end");
+        assert_eq!(out, r#""plain é ✓ \"q\" \\ \n\r\t\u0001\u001f end""#);
+        let mut empty = String::new();
+        escape_into(&mut empty, "");
+        assert_eq!(empty, r#""""#);
+    }
 
     #[test]
     fn reference_style_boxes_lists_and_keeps_frames_plain() {

@@ -9,7 +9,8 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
 
 use super::json::{escape_into, Obj};
-use crate::domain::dates::fmt_millis;
+use crate::domain::dates::push_millis;
+use crate::domain::num::push_scaled;
 
 /// What a handler answers with when it fails.
 #[derive(Debug)]
@@ -75,39 +76,44 @@ impl Reply {
     pub fn into_response(self) -> Response<Full<Bytes>> {
         let mut r = Response::new(Full::new(Bytes::from(self.body)));
         *r.status_mut() = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let h = r.headers_mut();
+        // Sized once for the usual set (type, two rate-limit fields, request id, CORS), so the
+        // map is not grown and rehashed insert by insert.
+        let mut h = hyper::HeaderMap::with_capacity(8);
         h.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (k, v) in self.headers {
             h.insert(k, v);
         }
+        *r.headers_mut() = h;
         r
     }
 }
 
 /// Wraps endpoint fields (or an error) in the envelope with timing.
 pub fn envelope(result: Result<Obj, ApiError>, prefix: &str, start_us: i64, end_us: i64) -> Reply {
-    let (status, head, fields) = match result {
-        Ok(fields) => (200, Obj::new().bool("success", true).int("status", 200), Some(fields)),
+    let mut body = String::with_capacity(256);
+    let (status, fields) = match result {
+        Ok(fields) => {
+            body.push_str("{\"success\":true,\"status\":200");
+            (200, Some(fields))
+        }
         Err(ApiError::Bare(status, msg)) => return Reply::bare(status, &msg),
         Err(ApiError::TooMany(msg, secs)) => {
             let mut r = envelope(Err(ApiError::new(429, msg)), prefix, start_us, end_us);
             r.headers.push((hyper::header::RETRY_AFTER, HeaderValue::from(secs)));
             return r;
         }
-        Err(ApiError::Client(status, msg, extra)) => (
-            status,
-            Obj::new().bool("success", false).int("status", i128::from(status)).str("error", &msg),
-            extra,
-        ),
+        Err(ApiError::Client(status, msg, extra)) => {
+            let _ = write!(body, "{{\"success\":false,\"status\":{status},\"error\":");
+            escape_into(&mut body, &msg);
+            (status, extra)
+        }
         Err(ApiError::Internal(cause)) => {
             tracing::error!(%cause, prefix, "handler failed");
-            let msg = format!("{prefix}: internal error");
-            (500, Obj::new().bool("success", false).int("status", 500).str("error", &msg), None)
+            body.push_str("{\"success\":false,\"status\":500,\"error\":");
+            escape_into(&mut body, &format!("{prefix}: internal error"));
+            (500, None)
         }
     };
-    let mut body = String::with_capacity(256);
-    body.push('{');
-    body.push_str(head.members());
     if let Some(f) = fields {
         if !f.members().is_empty() {
             body.push(',');
@@ -115,13 +121,13 @@ pub fn envelope(result: Result<Obj, ApiError>, prefix: &str, start_us: i64, end_
         }
     }
     let exec_us = (end_us - start_us).max(0);
-    let _ = write!(
-        body,
-        ",\"start_time\":\"{}\",\"end_time\":\"{}\",\"execution_time\":{}}}",
-        fmt_millis(start_us.div_euclid(1000)),
-        fmt_millis(end_us.div_euclid(1000)),
-        crate::domain::num::fmt_scaled(i128::from(exec_us), 6)
-    );
+    body.push_str(",\"start_time\":\"");
+    push_millis(&mut body, start_us.div_euclid(1000));
+    body.push_str("\",\"end_time\":\"");
+    push_millis(&mut body, end_us.div_euclid(1000));
+    body.push_str("\",\"execution_time\":");
+    push_scaled(&mut body, i128::from(exec_us), 6);
+    body.push('}');
     Reply::json(status, body)
 }
 

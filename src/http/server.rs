@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -57,15 +57,19 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
     }
 }
 
+static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
 fn request_id(req: &Request<Incoming>) -> HeaderValue {
-    if let Some(v) = req.headers().get("x-request-id") {
+    if let Some(v) = req.headers().get(&X_REQUEST_ID) {
         let b = v.as_bytes();
         if !b.is_empty() && b.len() <= 64 && b.iter().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(c))
         {
             return v.clone();
         }
     }
-    HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()).unwrap_or(HeaderValue::from_static("-"))
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
+    HeaderValue::from_str(id).unwrap_or(HeaderValue::from_static("-"))
 }
 
 async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
@@ -79,17 +83,20 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     // Unknown paths are logged as sent (bounded); known ones by their route.
     let unknown_path = (log_on && route == ROUTES.len()).then(|| bounded(req.uri().path(), 128).to_string());
     let mut user = None;
-    let mut reply = match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip()) {
-        Err(r) => r,
-        Ok(passed) => {
-            if let (true, Pass::User(i)) = (log_on, &passed.who) {
-                user = Some(i.user_id.clone());
+    // One clock reading serves the filter's limits and the envelope's start time.
+    let start_us = app.clock.now_micros();
+    let mut reply =
+        match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip(), start_us) {
+            Err(r) => r,
+            Ok(passed) => {
+                if let (true, Pass::User(i)) = (log_on, &passed.who) {
+                    user = Some(i.user_id.clone());
+                }
+                let mut r = dispatch(&app, req, passed.who, start_us).await;
+                r.headers.extend(filter::ratelimit_headers(&passed.quota));
+                r
             }
-            let mut r = dispatch(&app, req, passed.who).await;
-            r.headers.extend(filter::ratelimit_headers(&passed.quota));
-            r
-        }
-    };
+        };
     // Reference style reshapes API answers only: not the operational endpoints (OpenAPI,
     // metrics, probes) nor the web page's files.
     let api_route = ROUTES.get(route).is_some_and(|r| !matches!(r.ep, Ep::Ops(_)));
@@ -112,7 +119,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
         "request"
     );
     let mut resp = reply.into_response();
-    resp.headers_mut().insert("x-request-id", rid);
+    resp.headers_mut().insert(X_REQUEST_ID.clone(), rid);
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
         if let Ok(v) = HeaderValue::from_str(origin) {
             resp.headers_mut().insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
@@ -137,7 +144,7 @@ fn bounded(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
+async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) -> Reply {
     if let Some(asset) = assets::find(req.method(), req.uri().path()) {
         return assets::reply(asset, req.headers());
     }
@@ -156,7 +163,6 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass) -> Reply {
         Ep::Ops(Op::OpenApi) => return ops::openapi(),
         _ => {}
     }
-    let start_us = app.clock.now_micros();
     let too_large = || Reply::bare(413, "Request body too large");
     let declared =
         req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
