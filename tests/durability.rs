@@ -212,3 +212,49 @@ fn one_users_concurrent_writes_all_land_in_order_of_acknowledgement() {
     )
     .fails(409, "Deposit failed: This deposit has already been made. Transaction ID:T3-7");
 }
+
+#[test]
+fn generated_ids_on_main_are_duplicates_before_and_after_restart_and_others_are_not() {
+    let mut s = Srv::start();
+    let (tok, main) = s.user("u1", "0");
+    let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
+    // Main gets a deposit and a split debit with generated ids, then a withdrawal without a
+    // number; Needs gets a deposit of its own with a generated id (not in main's log).
+    s.deposit(&tok, &main, "100").ok();
+    s.deposit(&tok, &needs, "10").ok();
+    s.post(&tok, "/withdraw", json!({"uuid": needs, "amount": 1, "channel": "c"})).ok();
+    s.deposit(&tok, &main, "50").ok();
+    let ids = |uuid: &str| -> Vec<String> {
+        s.txs(&tok, uuid).iter().map(|t| t["TransactionID"].as_str().unwrap().to_string()).collect()
+    };
+    let on_main = ids(&main);
+    assert_eq!(on_main.len(), 4);
+    assert!(on_main.iter().all(|id| id.starts_with("SYS") && id.len() == 13), "{on_main:?}");
+    let uniq: std::collections::HashSet<_> = on_main.iter().collect();
+    assert_eq!(uniq.len(), 4, "{on_main:?}");
+    let only_needs: Vec<String> = ids(&needs).into_iter().filter(|id| !on_main.contains(id)).collect();
+    assert!(!only_needs.is_empty());
+    let dep = |s: &Srv, id: &str| {
+        s.post(&tok, "/deposit", json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": id}))
+    };
+    for round in 0..2 {
+        for id in &on_main {
+            dep(&s, id).fails(
+                409,
+                &format!("Deposit failed: This deposit has already been made. Transaction ID:{id}"),
+            );
+        }
+        if round == 0 {
+            s.restart();
+        }
+    }
+    // An id of another account's log, or of the generated shape but unused, is new to main.
+    dep(&s, &only_needs[0]).ok();
+    dep(&s, "SYS0000000000").ok();
+    dep(&s, "SYS0000000000")
+        .fails(409, "Deposit failed: This deposit has already been made. Transaction ID:SYS0000000000");
+    dep(&s, &only_needs[0]).fails(
+        409,
+        &format!("Deposit failed: This deposit has already been made. Transaction ID:{}", only_needs[0]),
+    );
+}

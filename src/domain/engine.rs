@@ -176,6 +176,19 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// A generated id for the next record of `x`: derived from its sequence number in the main
+    /// account's log when the tree has a key (so it needs no index row), random otherwise.
+    fn new_id(&self, x: AccountId) -> Result<String, OpError> {
+        if x == self.tree.root {
+            if let Some(k) = &self.tree.id_key {
+                if let Some(id) = k.id(self.acc(x)?.log_len) {
+                    return Ok(id);
+                }
+            }
+        }
+        Ok(generate_id())
+    }
+
     /// The ledger primitives CREDIT and DEBIT (10.1). Returns the id written.
     #[allow(clippy::too_many_arguments)]
     fn post(
@@ -191,7 +204,10 @@ impl<'a> Ctx<'a> {
         if a <= 0 {
             return Err(OpError::Internal);
         }
-        let id = id.map_or_else(generate_id, str::to_string);
+        let id = match id {
+            Some(id) => id.to_string(),
+            None => self.new_id(x)?,
+        };
         let acc = self.acc_mut(x)?;
         acc.balance = if deposit { acc.balance.checked_add(a) } else { acc.balance.checked_sub(a) }
             .ok_or(OpError::TooLarge)?;

@@ -6,3 +6,4 @@ pub mod engine;
 pub mod frac;
 pub mod num;
 pub mod tree;
+pub mod txid;

@@ -130,6 +130,9 @@ pub struct Tree {
     pub root: AccountId,
     pub accounts: HashMap<AccountId, Arc<Account>>,
     pub ledger: Ledger,
+    /// The key of the main account's generated ids, when the engine gives one (see
+    /// [`super::txid`]); without it generated ids are random.
+    pub id_key: Option<super::txid::IdKey>,
 }
 
 /// `acc` + lowercase hyphenated uuid.
@@ -158,6 +161,7 @@ impl Tree {
             root,
             accounts: [(root, Arc::new(main))].into_iter().collect(),
             ledger: Ledger { initial_balance, deposits: 0, withdrawals: 0 },
+            id_key: None,
         }
     }
 

@@ -125,6 +125,8 @@ pub const IDEM: u8 = b'i';
 /// Engine metadata: format version, and the last journal record applied.
 pub const META_FORMAT: &[u8] = b"m:format";
 pub const META_APPLIED: &[u8] = b"m:applied";
+/// The secret under which generated transaction ids are derived (`domain::txid`), made once.
+pub const META_ID_SECRET: &[u8] = b"m:idsecret";
 /// Every per-user tag, for deleting a whole user.
 pub const USER_TAGS: [u8; 7] = [ACCOUNT, LOG, MAIN_TXID, DAY, TRACK, CHANGE, IDEM];
 

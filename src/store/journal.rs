@@ -120,6 +120,8 @@ struct Shared {
     sled: parking_lot::RwLock<Option<SledStore>>,
     /// Rows applied but not yet written into sled.
     overlay: Overlay,
+    /// sled's id secret (it never changes once made).
+    id_secret: [u64; 2],
     /// The data directory (sled lives under it) and the journal directory.
     data_dir: PathBuf,
     dir: PathBuf,
@@ -323,7 +325,9 @@ impl JournalStore {
         let seg = segment_path(&jdir, next_seq);
         let file = OpenOptions::new().create(true).append(true).open(&seg).map_err(|e| io(&seg, e))?;
         sync_dir(&jdir)?;
+        let id_secret = sled.id_secret();
         let shared = Arc::new(Shared {
+            id_secret,
             sled: parking_lot::RwLock::new(Some(sled)),
             overlay: Overlay::default(),
             data_dir: dir.to_path_buf(),
@@ -668,11 +672,11 @@ fn stage(shared: &Shared, seq: u64, op: &Op) {
         let res = if sled_store::lists_rows(op) {
             shared.read(|r| {
                 let mut rows = Vec::new();
-                sled_store::rows_into(r, &mut rows, op).map(|_| rows)
+                sled_store::rows_into(r, &mut rows, op, Some(shared.id_secret)).map(|_| rows)
             })
         } else {
             let mut rows = Vec::new();
-            sled_store::rows_into(&NoRows, &mut rows, op).map(|_| rows)
+            sled_store::rows_into(&NoRows, &mut rows, op, Some(shared.id_secret)).map(|_| rows)
         };
         match res {
             Ok(rows) => return shared.overlay.stage(rows, seq),
@@ -941,6 +945,10 @@ impl Store for JournalStore {
             }
             self.read_now(|r| sled_store::main_txid_exists(r, user_no, id)).await
         })
+    }
+
+    fn id_key(&self, user_no: u64) -> Option<crate::domain::txid::IdKey> {
+        Some(crate::domain::txid::IdKey::new(self.shared.id_secret, user_no))
     }
 
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {

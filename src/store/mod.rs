@@ -237,6 +237,11 @@ pub trait Store: Send + Sync + 'static {
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// A user number never used before.
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
+    /// The key the main account's generated ids of `user_no` are derived under, when the engine
+    /// finds such ids from the log instead of indexing them (see `domain::txid`).
+    fn id_key(&self, _user_no: u64) -> Option<crate::domain::txid::IdKey> {
+        None
+    }
     /// Orders `op` after every operation committed before this call returns, and resolves once
     /// it is on stable storage. `basis` names the state the operation was computed from: once
     /// an operation fails, every later operation with the same basis fails too, so nothing built

@@ -346,6 +346,7 @@ async fn load(c: &ClientWrapper, user_id: &str) -> Result<Option<Loaded>, StoreE
         root: user.root,
         accounts: accounts.into_iter().map(|(id, a)| (id, Arc::new(a))).collect(),
         ledger: user.ledger.clone(),
+        id_key: None,
     };
     Ok(Some((user, tree, version)))
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
+use crate::domain::txid::IdKey;
 
 use super::codec::{self, decode, decode_compat, encode};
 use super::overlay::{successor, Row, Rows};
@@ -34,6 +35,7 @@ fn close_run(run: Option<Run<'_>>, out: &mut Vec<Row>) -> Result<(), StoreError>
 
 pub struct SledStore {
     db: sled::Db,
+    id_secret: [u64; 2],
 }
 
 /// Storage that cannot be opened or lost writes it once held: refuse to start, naming its files.
@@ -80,9 +82,39 @@ impl SledStore {
             Ok(Err(e)) => return Err(damaged(&path, &e.to_string())),
             Err(_) => return Err(damaged(&path, "sled panicked while opening it")),
         };
-        let store = SledStore { db };
+        let mut store = SledStore { db, id_secret: [0; 2] };
         store.check_format(&path)?;
+        store.id_secret = store.load_id_secret()?;
         Ok(store)
+    }
+
+    /// The database's id secret, made (and flushed) on first use. A directory of an earlier
+    /// binary has none: its generated ids were random and indexed, and stay so.
+    fn load_id_secret(&self) -> Result<[u64; 2], StoreError> {
+        let parse = |v: &[u8]| -> Option<[u64; 2]> {
+            let a = u64::from_be_bytes(v.get(..8)?.try_into().ok()?);
+            let b = u64::from_be_bytes(v.get(8..16)?.try_into().ok()?);
+            Some([a, b])
+        };
+        if let Some(v) = self.db.get(codec::META_ID_SECRET).map_err(eng)? {
+            return parse(&v).ok_or_else(|| StoreError::Corrupt("bad id secret row".into()));
+        }
+        let mut fresh = [0u8; 16];
+        getrandom::fill(&mut fresh).map_err(|e| StoreError::Engine(e.to_string()))?;
+        // Another writer cannot race this (sled holds the directory's lock), but keep whatever
+        // is there should it ever be set already.
+        let _ = self
+            .db
+            .compare_and_swap(codec::META_ID_SECRET, None as Option<&[u8]>, Some(&fresh[..]))
+            .map_err(eng)?;
+        self.db.flush().map_err(eng)?;
+        let v = self.db.get(codec::META_ID_SECRET).map_err(eng)?;
+        v.as_deref().and_then(parse).ok_or_else(|| StoreError::Corrupt("id secret not stored".into()))
+    }
+
+    /// The secret generated transaction ids are derived under.
+    pub fn id_secret(&self) -> [u64; 2] {
+        self.id_secret
     }
 
     fn check_format(&self, path: &Path) -> Result<(), StoreError> {
@@ -153,7 +185,7 @@ impl SledStore {
     /// Applies `op` (journal record `seq`) atomically, without flushing.
     pub fn apply(&self, op: &Op, seq: u64) -> Result<(), StoreError> {
         let mut rows = Vec::new();
-        rows_into(&self.db, &mut rows, op)?;
+        rows_into(&self.db, &mut rows, op, Some(self.id_secret))?;
         self.apply_rows(rows.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), Some(seq))
     }
 
@@ -364,6 +396,7 @@ pub fn load_user(r: &dyn Rows, user_id: &str) -> Result<Option<(UserRecord, Tree
         root: user.root,
         accounts: accounts.into_iter().map(|(id, a)| (id, Arc::new(a))).collect(),
         ledger: user.ledger.clone(),
+        id_key: None,
     };
     Ok(Some((user, tree)))
 }
@@ -382,11 +415,18 @@ fn put<T: serde::Serialize>(out: &mut Vec<Row>, k: Vec<u8>, v: &T) -> Result<(),
 }
 
 /// The rows `op` writes and removes; rows to delete are found by listing them in `r`.
-pub fn rows_into(r: &dyn Rows, out: &mut Vec<Row>, op: &Op) -> Result<(), StoreError> {
+/// `id_secret` is the database's (see [`SledStore::id_secret`]).
+pub fn rows_into(
+    r: &dyn Rows,
+    out: &mut Vec<Row>,
+    op: &Op,
+    id_secret: Option<[u64; 2]>,
+) -> Result<(), StoreError> {
     match op {
         Op::Commit { user, change, sync, idem } => {
             put(out, codec::user_key(&user.user_id), user)?;
-            change_rows(r, out, user.user_no, change)?;
+            let key = id_secret.map(|s| IdKey::new(s, user.user_no));
+            change_rows(r, out, user.user_no, change, key.as_ref().map(|k| (k, user.root)))?;
             if let Some(row) = sync {
                 put(out, codec::change_key(user.user_no, row.knowledge), row)?;
             }
@@ -411,14 +451,29 @@ pub fn rows_into(r: &dyn Rows, out: &mut Vec<Row>, op: &Op) -> Result<(), StoreE
     Ok(())
 }
 
-fn change_rows(r: &dyn Rows, out: &mut Vec<Row>, no: u64, c: &Change) -> Result<(), StoreError> {
+/// `derived`: the user's id key and main account. An id that key derives from the sequence
+/// number of the main account's record carrying it is found from the log itself, so it gets no
+/// index row (see `domain::txid`).
+fn change_rows(
+    r: &dyn Rows,
+    out: &mut Vec<Row>,
+    no: u64,
+    c: &Change,
+    derived: Option<(&IdKey, AccountId)>,
+) -> Result<(), StoreError> {
     for a in &c.accounts {
         put(out, codec::account_key(no, a.uuid), &**a)?;
     }
     for (acc, seq, rec) in &c.records {
         put(out, codec::log_key(no, *acc, *seq), rec)?;
     }
-    for id in &c.main_txids {
+    let is_derived = |id: &str| {
+        derived.is_some_and(|(k, root)| {
+            k.seq(id)
+                .is_some_and(|s| c.records.iter().any(|(a, q, rec)| *a == root && *q == s && rec.id == id))
+        })
+    };
+    for id in c.main_txids.iter().filter(|id| !is_derived(id)) {
         out.push((codec::txid_key(no, id), Some(IVec::default())));
     }
     for (acc, day, sums) in &c.days {
@@ -522,10 +577,42 @@ mod tests {
         // Removing the account lists its runs and singles and removes every one.
         let change = Change { removed: vec![(a, 300)], ..Change::default() };
         let mut out = Vec::new();
-        change_rows(r, &mut out, no, &change).unwrap();
+        change_rows(r, &mut out, no, &change, None).unwrap();
         s.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None).unwrap();
         assert!(read_log(r, no, a, 0, 300).unwrap().is_empty());
         assert_eq!(s.db.scan_prefix(codec::account_prefix(codec::LOG, no, a)).count(), 0);
         assert_eq!(ids(&read_log(r, no, b, 0, 5).unwrap()), want(0..5));
+    }
+
+    #[test]
+    fn only_ids_the_key_derives_from_their_main_record_skip_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SledStore::open(dir.path()).unwrap();
+        let key = IdKey::new([3, 4], 9);
+        let (no, root, child) = (9u64, 1u128, 2u128);
+        let with_id = |id: &str| TxRecord { id: id.to_string(), ..rec(0) };
+        let derived0 = key.id(0).unwrap();
+        let derived5 = key.id(5).unwrap();
+        let change = Change {
+            records: vec![
+                (root, 0, with_id(&derived0)),
+                // The derived id of seq 5, but at seq 1 (say, a client sent it): indexed.
+                (root, 1, with_id(&derived5)),
+                (root, 2, with_id("T1")),
+                // A derived id whose record is not the main account's: indexed.
+                (child, 7, with_id(&key.id(7).unwrap())),
+            ],
+            main_txids: vec![derived0.clone(), derived5.clone(), "T1".into(), key.id(7).unwrap()],
+            ..Change::default()
+        };
+        let txid_rows = |derived: Option<(&IdKey, AccountId)>| -> Vec<Vec<u8>> {
+            let mut out = Vec::new();
+            change_rows(&db.db, &mut out, no, &change, derived).unwrap();
+            out.into_iter().map(|(k, _)| k).filter(|k| k.first() == Some(&codec::MAIN_TXID)).collect()
+        };
+        let want = |ids: &[&str]| ids.iter().map(|id| codec::txid_key(no, id)).collect::<Vec<_>>();
+        assert_eq!(txid_rows(Some((&key, root))), want(&[&derived5, "T1", &key.id(7).unwrap()]));
+        // Without a key (pg, tests) every id is indexed, as before.
+        assert_eq!(txid_rows(None), want(&[&derived0, &derived5, "T1", &key.id(7).unwrap()]));
     }
 }

@@ -211,9 +211,10 @@ impl Users {
         user_id: &str,
         loaded: Option<Loaded>,
     ) -> Result<Option<Arc<UserState>>, StoreError> {
-        let Some((user, tree, version)) = loaded else {
+        let Some((user, mut tree, version)) = loaded else {
             return Ok(None);
         };
+        tree.id_key = self.store.id_key(user.user_no);
         let basis = self.next_basis.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = crate::domain::tree::check_invariants(&tree) {
             return Err(StoreError::Codec(format!("stored tree of {user_id} fails invariants: {e}")));
@@ -462,7 +463,8 @@ impl WriteGuard<'_> {
     }
 
     /// Commits a new user with its first tree (every account new, nothing logged yet).
-    pub async fn create(self, user: UserRecord, tree: Tree) -> Result<(), StoreError> {
+    pub async fn create(self, user: UserRecord, mut tree: Tree) -> Result<(), StoreError> {
+        tree.id_key = self.users.store.id_key(user.user_no);
         let change = Change {
             accounts: tree.accounts.values().cloned().collect(),
             ledger: tree.ledger.clone(),
@@ -545,11 +547,25 @@ impl WriteGuard<'_> {
 
     /// Whether `id` is already in the main account's log (the /deposit 409 check).
     pub async fn main_txid_exists(&self, id: &str) -> Result<bool, StoreError> {
-        match (&self.current, &self.txn) {
-            (Some(cur), Some(txn)) => txn.main_txid_exists(cur.user.user_no, id).await,
-            (Some(cur), None) => self.users.store.main_txid_exists(cur.user.user_no, id).await,
-            (None, _) => Ok(false),
+        let Some(cur) = &self.current else { return Ok(false) };
+        let no = cur.user.user_no;
+        let indexed = match &self.txn {
+            Some(txn) => txn.main_txid_exists(no, id).await?,
+            None => self.users.store.main_txid_exists(no, id).await?,
+        };
+        if indexed {
+            return Ok(true);
         }
+        // A generated id has no index row: it names the one record it can be (domain::txid).
+        // Records still on their way to durability are in the engine's pending ids above; this
+        // guard's state holds every write before it, so all others are readable.
+        let tree = &cur.tree;
+        let Some(seq) = tree.id_key.as_ref().and_then(|k| k.seq(id)) else { return Ok(false) };
+        if tree.get(tree.root).is_none_or(|m| seq >= m.log_len) {
+            return Ok(false);
+        }
+        let recs = self.users.store.read_log(no, tree.root, seq, seq + 1).await?;
+        Ok(recs.first().is_some_and(|r| r.id == id))
     }
 }
 
