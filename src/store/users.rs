@@ -121,6 +121,10 @@ struct Slot {
     next_gen: AtomicU64,
     /// Idempotency keys of requests running now.
     idem_running: Mutex<std::collections::HashSet<String>>,
+    /// Basis of the last removal of the user (0: none). A registration that follows it builds on
+    /// it, so if the removal fails the registration fails too, rather than writing a second user
+    /// over rows the failed removal left in place.
+    gone_basis: AtomicU64,
     /// Commits queued and not yet answered; `idle` wakes writers waiting for none.
     in_flight: AtomicUsize,
     idle: tokio::sync::Notify,
@@ -470,7 +474,10 @@ impl WriteGuard<'_> {
             ledger: tree.ledger.clone(),
             ..Change::default()
         };
-        let basis = self.users.next_basis.fetch_add(1, Ordering::Relaxed);
+        let basis = match self.slot.gone_basis.load(Ordering::Acquire) {
+            0 => self.users.next_basis.fetch_add(1, Ordering::Relaxed),
+            b => b,
+        };
         // Registration is the user's first data write: knowledge 1.
         let sync = SyncRow::of(1, &change);
         let knowledge = sync.as_ref().map_or(0, |r| r.knowledge);
@@ -522,6 +529,9 @@ impl WriteGuard<'_> {
     ) -> Result<(), StoreError> {
         let gen = slot.next_gen.fetch_add(1, Ordering::Relaxed) + 1;
         slot.in_flight.fetch_add(1, Ordering::AcqRel);
+        if matches!(op, Op::DeleteUser { .. }) {
+            slot.gone_basis.store(basis, Ordering::Release);
+        }
         let durable = users.store.commit(op, basis);
         *slot.pending.lock() = Some(next.clone());
         drop(lock);
@@ -632,6 +642,45 @@ mod tests {
             let second = tokio::time::timeout(Duration::from_millis(50), users.lock("held")).await;
             assert!(second.is_err());
             drop(held);
+        });
+    }
+
+    #[test]
+    fn a_registration_queued_behind_a_failed_removal_fails_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Arc::new(JournalStore::open(dir.path()).unwrap());
+        let store: Arc<dyn Store> = journal.clone();
+        let users = Users::new(store);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rec = |no: u64, root: AccountId| UserRecord {
+            user_id: "u".into(),
+            user_no: no,
+            password_hash: None,
+            role: "user".into(),
+            created_at: 0,
+            root,
+            ledger: crate::domain::tree::Ledger { initial_balance: 500, deposits: 0, withdrawals: 0 },
+        };
+        rt.block_on(async {
+            let g = users.lock("u").await.unwrap();
+            g.create(rec(1, 11), Tree::new_user(11, 500)).await.unwrap();
+            journal.fail_next_append();
+            let removal = async { users.lock("u").await.unwrap().delete_user().await };
+            // Queued once the removal has released the lock (before it is durable): it sees
+            // no user, and registers anew.
+            let again = async {
+                let g = users.lock("u").await.unwrap();
+                assert!(g.current.is_none());
+                g.create(rec(2, 22), Tree::new_user(22, 7)).await
+            };
+            let (removed, registered) = tokio::join!(removal, again);
+            assert!(removed.is_err());
+            assert!(registered.is_err(), "a registration over a failed removal must fail too");
+            // The first user is whole, in memory and in storage.
+            let st = users.snapshot("u").await.unwrap().expect("the user is still there");
+            assert_eq!((st.user.user_no, st.tree.root), (1, 11));
+            let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
+            assert_eq!((stored.user_no, tree.root), (1, 11));
         });
     }
 }
