@@ -147,8 +147,10 @@ pub fn parse_uuid(s: &str) -> Option<AccountId> {
         return None;
     }
     let u = uuid::Uuid::try_parse(rest).ok()?;
-    // Only the canonical lowercase form names an account.
-    (u.hyphenated().to_string() == rest).then(|| u.as_u128())
+    // Only the canonical lowercase form names an account (compared without allocating: every
+    // request naming an account comes through here).
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    (u.hyphenated().encode_lower(&mut buf) == rest).then(|| u.as_u128())
 }
 
 impl Tree {
@@ -386,4 +388,27 @@ pub fn check_invariants(tree: &Tree) -> Result<(), String> {
         return Err(format!("money not conserved: {total} vs ledger {l:?}"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_canonical_lowercase_uuid_names_an_account() {
+        let id = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef_u128;
+        let s = fmt_uuid(id);
+        assert_eq!(s, "acc01234567-89ab-cdef-0123-456789abcdef");
+        assert_eq!(parse_uuid(&s), Some(id));
+        for other in [
+            "acc01234567-89AB-cdef-0123-456789abcdef",
+            "acc0123456789abcdef0123456789abcdef",
+            "acc{01234567-89ab-cdef-0123-456789abcdef}",
+            "01234567-89ab-cdef-0123-456789abcdef",
+            "acc01234567-89ab-cdef-0123-456789abcdeg",
+            "",
+        ] {
+            assert_eq!(parse_uuid(other), None, "{other}");
+        }
+    }
 }
