@@ -160,6 +160,12 @@ fn request_id_is_echoed_or_generated() {
     let id = r.header("x-request-id").unwrap();
     assert_ne!(id, "bad id!");
     assert_eq!(id.len(), 36);
+    // A random (version 4) UUID in its lowercase hyphenated form, new for every request.
+    let u = uuid::Uuid::parse_str(id).unwrap();
+    assert_eq!(u.get_version_num(), 4);
+    assert_eq!(u.hyphenated().to_string(), id);
+    let other = s.raw("GET", "/__ping__", &[], Body::None);
+    assert_ne!(other.header("x-request-id"), Some(id));
 }
 
 #[test]
