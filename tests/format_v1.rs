@@ -74,6 +74,34 @@ fn a_v1_data_directory_opens_and_answers_as_before() {
         serde_json::json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": "NEW"}),
     )
     .ok();
+    // Generated ids written before ids were derived keep their index rows; a new one is derived
+    // (no row) and refused all the same.
+    let dup = |id: &str| {
+        s.post(
+            &tok,
+            "/deposit",
+            serde_json::json!({"uuid": main, "amount": 1, "channel": "c", "transaction_number": id}),
+        )
+        .fails(409, &format!("Deposit failed: This deposit has already been made. Transaction ID:{id}"));
+    };
+    let generated = |s: &Srv| -> Vec<String> {
+        let txs = s.txs(&tok, &main);
+        txs.iter()
+            .filter_map(|t| t["TransactionID"].as_str())
+            .filter(|id| id.starts_with("SYS"))
+            .map(String::from)
+            .collect()
+    };
+    let before = generated(&s);
+    assert!(!before.is_empty());
+    dup(&before[0]);
+    s.deposit(&tok, &main, "1").ok();
+    let new_ids: Vec<String> = generated(&s).into_iter().filter(|id| !before.contains(id)).collect();
+    // The deposit's own id and, as main has children, its split debit's.
+    assert_eq!(new_ids.len(), 2, "{new_ids:?}");
+    for id in &new_ids {
+        dup(id);
+    }
 }
 
 #[test]

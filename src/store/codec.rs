@@ -13,8 +13,13 @@ pub const FORMAT_V2: u8 = 2;
 /// A log or change row may hold a run of consecutive entries (checkpoints write runs); every
 /// other value is as in format 2.
 pub const FORMAT_V3: u8 = 3;
+/// Generated ids of a main account's log may have no index row: they derive from the record's
+/// sequence number under the database's id secret (`domain::txid`). Rows are as in format 3;
+/// the marker moves so that an older binary, whose duplicate check would miss such ids, refuses
+/// the directory instead of opening it.
+pub const FORMAT_V4: u8 = 4;
 /// The storage format of this binary (the marker in `META_FORMAT`).
-pub const FORMAT: u8 = FORMAT_V3;
+pub const FORMAT: u8 = FORMAT_V4;
 /// The version byte of single values, unchanged since format 2.
 const ROW: u8 = FORMAT_V2;
 /// The first byte of a row holding a run of entries: then, per entry, its length (u32

@@ -126,7 +126,8 @@ impl SledStore {
                 path.display(),
                 codec::FORMAT
             ))),
-            // No marker: a new directory, or one written by format 1 (which had no marker).
+            // No marker: a new directory, or one written by format 1 (which had no marker). An
+            // older marker (2, 3): no format 1 row is found, only the marker moves.
             _ => {
                 let migrated = self.migrate_v1()?;
                 if migrated > 0 {
@@ -614,5 +615,22 @@ mod tests {
         assert_eq!(txid_rows(Some((&key, root))), want(&[&derived5, "T1", &key.id(7).unwrap()]));
         // Without a key (pg, tests) every id is indexed, as before.
         assert_eq!(txid_rows(None), want(&[&derived0, &derived5, "T1", &key.id(7).unwrap()]));
+    }
+
+    #[test]
+    fn older_markers_open_and_move_to_this_format_and_the_id_secret_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = SledStore::open(dir.path()).unwrap().id_secret();
+        for old in [codec::FORMAT_V2, codec::FORMAT_V3] {
+            {
+                let s = SledStore::open(dir.path()).unwrap();
+                s.db.insert(codec::META_FORMAT, &[old]).unwrap();
+                s.db.flush().unwrap();
+            }
+            let s = SledStore::open(dir.path()).unwrap();
+            assert_eq!(s.db.get(codec::META_FORMAT).unwrap().as_deref(), Some(&[codec::FORMAT][..]));
+            assert_eq!(s.id_secret(), secret);
+        }
+        assert_eq!(codec::FORMAT, codec::FORMAT_V4);
     }
 }
