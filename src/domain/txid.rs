@@ -3,9 +3,14 @@
 //! SPEC 2.6 gives a generated id as `SYS` and 10 uppercase hexadecimal digits, random. The
 //! /deposit duplicate check must find every id in the main account's log, and an index row per
 //! generated id was the largest part of a deposit's storage cost. With an [`IdKey`] the id of the
-//! main account's record at sequence number `seq` is instead a keyed permutation of `seq`: as
-//! unpredictable to a client as a random id, never repeated, and the record it names is found by
-//! inverting the permutation and reading one log entry, with no index row at all.
+//! main account's record at sequence number `seq` is instead a keyed permutation of `seq`: it
+//! looks random, never repeats, and the record it names is found by inverting the permutation
+//! and reading one log entry, with no index row at all.
+//!
+//! The round function is a keyed mixer, not a vetted cipher. That is enough here: a client who
+//! could predict its own next generated ids could only give a deposit of its own one of them as
+//! `transaction_number` ahead of time, which leaves two records with that id in its own main log
+//! (as two random ids colliding would) and changes no balance; the duplicate check stays exact.
 
 /// The permutation's 40 bits: 10 hexadecimal digits.
 const BITS: u32 = 40;
