@@ -19,8 +19,9 @@
 //! Reads of storage (a user's rows, a log, a transaction id) first wait until the applier has
 //! staged every operation already acknowledged, then read the tables over sled, so they never
 //! miss an acknowledged write; transaction ids of operations queued but not yet staged are kept
-//! in memory for the /deposit duplicate check. If an append or sync fails, the batch is cut off the file again and fails,
-//! and every later operation computed from the same state (`basis`) fails too.
+//! in memory for the /deposit duplicate check. If an append or sync fails, the batch is cut off
+//! the file again and fails, and every later operation computed from the same state (`basis`)
+//! fails too.
 //!
 //! Frame: magic u32 | payload length u32 | sequence u64 | header crc32 | payload crc32 |
 //! payload (format version byte + bincode of the operation), little-endian.

@@ -223,7 +223,7 @@ impl Rows for Merged<'_> {
                 return Ok(v.clone());
             }
         }
-        let r = sled::Tree::get(self.db, key).map_err(eng);
+        let r = self.db.fetch(key);
         self.check();
         r
     }
