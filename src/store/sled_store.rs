@@ -210,9 +210,10 @@ impl SledStore {
     }
 
     /// Writes a memtable's rows in batches of `chunk` rows, consecutive single log records of
-    /// one account, and change rows of one user, joined into runs (fewer, larger rows: a new key costs sled far more than
-    /// its bytes); the last batch carries journal record `last_seq`. Not atomic as a whole: a
-    /// restart replays the journal from the previous table's record.
+    /// one account, and change rows of one user, joined into runs (fewer, larger rows: a new
+    /// key costs sled far more than its bytes); the last batch carries journal record
+    /// `last_seq`. Not atomic as a whole: a restart replays the journal from the previous
+    /// table's record.
     pub fn write_table<'a>(
         &self,
         rows: impl Iterator<Item = (&'a Vec<u8>, &'a Option<IVec>)>,
@@ -619,15 +620,31 @@ mod tests {
 
     #[test]
     fn older_markers_open_and_move_to_this_format_and_the_id_secret_stays() {
+        // sled's background thread lets go of the directory's file lock a moment after the
+        // handle is dropped: opening the same directory again waits for it.
+        let open = |dir: &Path| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                match SledStore::open(dir) {
+                    Err(e)
+                        if e.to_string().contains("could not acquire lock")
+                            && std::time::Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(10))
+                    }
+                    r => return r.unwrap(),
+                }
+            }
+        };
         let dir = tempfile::tempdir().unwrap();
-        let secret = SledStore::open(dir.path()).unwrap().id_secret();
+        let secret = open(dir.path()).id_secret();
         for old in [codec::FORMAT_V2, codec::FORMAT_V3] {
             {
-                let s = SledStore::open(dir.path()).unwrap();
+                let s = open(dir.path());
                 s.db.insert(codec::META_FORMAT, &[old]).unwrap();
                 s.db.flush().unwrap();
             }
-            let s = SledStore::open(dir.path()).unwrap();
+            let s = open(dir.path());
             assert_eq!(s.db.get(codec::META_FORMAT).unwrap().as_deref(), Some(&[codec::FORMAT][..]));
             assert_eq!(s.id_secret(), secret);
         }
