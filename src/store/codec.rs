@@ -117,6 +117,23 @@ pub fn run_key(k: &[u8]) -> Option<(usize, u64)> {
     Some((prefix, u64::from_be_bytes(k.get(prefix..)?.try_into().ok()?)))
 }
 
+/// Where a key ends in a sequence number or a day (log, change, day and tracker rows): the
+/// length of the prefix before its last 8 bytes. The memtable keeps such rows in one sorted
+/// vector per prefix. Keys of these tags always have these lengths, so no such prefix is the
+/// start of another key than its own rows'.
+pub fn split_key(k: &[u8]) -> Option<usize> {
+    match (k.first(), k.len()) {
+        (Some(&LOG | &DAY | &TRACK), 33) => Some(25),
+        (Some(&CHANGE), 17) => Some(9),
+        _ => None,
+    }
+}
+
+/// Whether rows under this [`split_key`] prefix may be joined into runs (log and change rows).
+pub fn runs_join(prefix: &[u8]) -> bool {
+    matches!((prefix.first(), prefix.len()), (Some(&LOG), 25) | (Some(&CHANGE), 9))
+}
+
 pub const USER: u8 = b'u';
 pub const ACCOUNT: u8 = b'a';
 pub const LOG: u8 = b't';
@@ -232,5 +249,15 @@ mod tests {
         assert_eq!(run_key(&log_key(3, 4, 99)), Some((25, 99)));
         assert_eq!(run_key(&change_key(3, 42)), Some((9, 42)));
         assert_eq!(run_key(&account_key(3, 4)), None);
+        for k in [log_key(3, 4, 99), change_key(3, 42)] {
+            let n = split_key(&k).unwrap();
+            assert_eq!(Some((n, u64::from_be_bytes(k[n..].try_into().unwrap()))), run_key(&k));
+            assert!(runs_join(&k[..n]));
+        }
+        let d = day_key(DAY, 3, 4, -2);
+        assert_eq!(split_key(&d), Some(25));
+        assert!(!runs_join(&d[..25]));
+        assert_eq!(split_key(&account_key(3, 4)), None);
+        assert_eq!(split_key(&user_key("a-user-id-of-exactly-32-bytes-xx")), None);
     }
 }

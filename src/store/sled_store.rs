@@ -11,7 +11,7 @@ use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
 use crate::domain::txid::IdKey;
 
 use super::codec::{self, decode, decode_compat, encode};
-use super::overlay::{successor, Row, Rows};
+use super::overlay::{successor, Row, RowKey, Rows};
 use super::v1::AccountV1;
 use super::{IdemRecord, Op, StoreError, SyncRow, UserMeta, UserRecord};
 use sled::IVec;
@@ -19,7 +19,7 @@ use sled::IVec;
 /// Most entries in one run (bounds the bytes a read of a few entries decodes).
 const RUN_MAX: usize = 128;
 
-type Run<'a> = (&'a Vec<u8>, u64, Vec<&'a IVec>);
+type Run<'a> = (RowKey<'a>, u64, Vec<&'a IVec>);
 
 /// The row of a finished run: a single row as it was, or a run row.
 fn close_run(run: Option<Run<'_>>, out: &mut Vec<Row>) -> Result<(), StoreError> {
@@ -28,7 +28,7 @@ fn close_run(run: Option<Run<'_>>, out: &mut Vec<Row>) -> Result<(), StoreError>
             [one] => (*one).clone(),
             many => IVec::from(codec::encode_run(many.iter().map(|v| v.as_ref()))?),
         };
-        out.push((k.clone(), Some(v)));
+        out.push((k.to_vec(), Some(v)));
     }
     Ok(())
 }
@@ -216,25 +216,23 @@ impl SledStore {
     /// table's record.
     pub fn write_table<'a>(
         &self,
-        rows: impl Iterator<Item = (&'a Vec<u8>, &'a Option<IVec>)>,
+        rows: impl Iterator<Item = (RowKey<'a>, &'a Option<IVec>)>,
         last_seq: u64,
         chunk: usize,
     ) -> Result<(), StoreError> {
         let mut out: Vec<Row> = Vec::with_capacity(chunk);
         // The open run: its first key, next sequence number, and the single values it joins.
-        let mut run: Option<(&'a Vec<u8>, u64, Vec<&'a IVec>)> = None;
+        let mut run: Option<Run<'a>> = None;
         for (k, v) in rows {
-            let single = match (v, codec::run_key(k)) {
-                (Some(v), Some((prefix, seq))) if v.first() != Some(&codec::RUN) => Some((v, prefix, seq)),
+            let single = match (v, k.suffix) {
+                (Some(v), Some(seq)) if codec::runs_join(k.prefix) && v.first() != Some(&codec::RUN) => {
+                    Some((v, seq))
+                }
                 _ => None,
             };
-            if let Some((v, prefix, seq)) = single {
+            if let Some((v, seq)) = single {
                 if let Some((first, next, vals)) = &mut run {
-                    if first.len() == k.len()
-                        && first[..prefix] == k[..prefix]
-                        && *next == seq
-                        && vals.len() < RUN_MAX
-                    {
+                    if first.prefix == k.prefix && *next == seq && vals.len() < RUN_MAX {
                         vals.push(v);
                         *next += 1;
                         continue;
@@ -244,7 +242,7 @@ impl SledStore {
                 run = Some((k, seq + 1, vec![v]));
             } else {
                 close_run(run.take(), &mut out)?;
-                out.push((k.clone(), v.clone()));
+                out.push((k.to_vec(), v.clone()));
             }
             if out.len() >= chunk {
                 self.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None)?;
