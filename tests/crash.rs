@@ -631,3 +631,26 @@ fn a_flipped_byte_refuses_to_start_or_loses_nothing() {
         }
     }
 }
+
+/// A second server on a data directory in use refuses to start and says why, rather than
+/// calling the storage damaged; the first one goes on serving.
+#[test]
+fn a_second_server_on_the_same_data_directory_says_it_is_in_use() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("d");
+    let p = spawn(&dir);
+    let tok = sign("busy");
+    let v =
+        write_ok(p.addr, &tok, "/register", json!({"user_id": "busy", "initial_balance": money(INITIAL)}));
+    let main = v["uuid"].as_str().expect("uuid").to_string();
+    match proc::try_spawn(&dir, &[], &ENV) {
+        Err(NoStart { status, log: text }) => {
+            assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+            assert!(text.contains("in use by another process"), "refused without saying why:\n{text}");
+            assert!(!text.contains("damaged"), "an in-use directory called damaged:\n{text}");
+        }
+        Ok(_) => panic!("a second server started on a data directory in use"),
+    }
+    let v = read(p.addr, &tok, &format!("/compute_total_balance?uuid={main}"));
+    assert_eq!(cents(&v["total_balance"]), INITIAL, "the first server's answer changed: {v}");
+}

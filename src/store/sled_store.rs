@@ -73,7 +73,12 @@ impl SledStore {
         }));
         let db = match opened {
             Ok(Ok(db)) => db,
-            Ok(Err(sled::Error::Io(e))) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            // sled 0.34 reports a lock held elsewhere as an error of kind `Other` that only its
+            // message tells apart.
+            Ok(Err(sled::Error::Io(e)))
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.to_string().contains("could not acquire lock") =>
+            {
                 return Err(StoreError::Engine(format!(
                     "{} is in use by another process: {e}",
                     path.display()
