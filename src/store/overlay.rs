@@ -14,7 +14,7 @@
 //! one call earlier). A read that several calls make up starts again if the epoch moved.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -171,7 +171,12 @@ fn split(k: &[u8]) -> (&[u8], Option<u64>) {
 
 #[derive(Default)]
 pub struct Memtable {
-    buckets: BTreeMap<Box<[u8]>, Bucket>,
+    buckets: Vec<Bucket>,
+    /// Buckets by prefix, for inserts and single reads (a hash: no chain of key comparisons)...
+    index: HashMap<Box<[u8]>, usize>,
+    /// ...and in key order, for ranges and checkpoints. A prefix is new only with a new user,
+    /// account or tag, so this map changes rarely.
+    order: BTreeMap<Box<[u8]>, usize>,
     /// Key and value bytes held (replaced values are not subtracted: an estimate that only errs
     /// towards checkpointing sooner).
     bytes: usize,
@@ -182,7 +187,7 @@ pub struct Memtable {
 impl Memtable {
     /// Every row, in key order.
     pub fn rows(&self) -> impl Iterator<Item = (RowKey<'_>, &Option<IVec>)> {
-        self.buckets.iter().flat_map(|(p, b)| b.rows(p))
+        self.order.iter().flat_map(|(p, &i)| self.buckets[i].rows(p))
     }
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
@@ -197,10 +202,17 @@ impl Memtable {
     fn insert(&mut self, k: &[u8], v: Option<IVec>) {
         self.bytes += k.len() + v.as_ref().map_or(0, |v| v.len()) + 32;
         let (p, s) = split(k);
-        let b = match self.buckets.get_mut(p) {
-            Some(b) => b,
-            None => self.buckets.entry(p.into()).or_default(),
+        let i = match self.index.get(p) {
+            Some(&i) => i,
+            None => {
+                let i = self.buckets.len();
+                self.buckets.push(Bucket::default());
+                self.index.insert(p.into(), i);
+                self.order.insert(p.into(), i);
+                i
+            }
         };
+        let b = &mut self.buckets[i];
         match s {
             None => b.whole = Some(v),
             Some(s) => b.put(s, v),
@@ -209,7 +221,7 @@ impl Memtable {
 
     fn get(&self, k: &[u8]) -> Option<&Option<IVec>> {
         let (p, s) = split(k);
-        self.buckets.get(p)?.get(s)
+        self.buckets[*self.index.get(p)?].get(s)
     }
 
     /// Rows with `lo <= key < hi`, in key order. A bucket's keys all start with its prefix,
@@ -220,18 +232,18 @@ impl Memtable {
         lo: &'a [u8],
         hi: Option<&'a [u8]>,
     ) -> impl Iterator<Item = (RowKey<'a>, &'a Option<IVec>)> + 'a {
-        let first = self.buckets.range::<[u8], _>((Bound::Unbounded, Bound::Included(lo))).next_back();
+        let first = self.order.range::<[u8], _>((Bound::Unbounded, Bound::Included(lo))).next_back();
         let upper = match hi {
             None => Bound::Unbounded,
             Some(h) if h > lo => Bound::Excluded(h),
             // An empty range (BTreeMap's range refuses an inverted one).
             Some(_) => Bound::Included(lo),
         };
-        let rest = self.buckets.range::<[u8], _>((Bound::Excluded(lo), upper));
+        let rest = self.order.range::<[u8], _>((Bound::Excluded(lo), upper));
         first
             .into_iter()
             .chain(rest)
-            .flat_map(|(p, b)| b.rows(p))
+            .flat_map(move |(p, &i)| self.buckets[i].rows(p))
             .skip_while(move |(k, _)| k.cmp_bytes(lo).is_lt())
             .take_while(move |(k, _)| hi.is_none_or(|h| k.cmp_bytes(h).is_lt()))
     }
