@@ -93,27 +93,24 @@ pub fn push_millis(out: &mut String, ms: i64) {
         );
         return;
     }
-    // Digits are pushed directly, without the fmt machinery.
-    push_digits(out, y, 4);
-    let rest = [
-        ('-', i64::from(m), 2),
-        ('-', i64::from(d), 2),
-        ('T', t / 3600, 2),
-        (':', (t / 60) % 60, 2),
-        (':', t % 60, 2),
-        ('.', ms.rem_euclid(1000), 3),
-    ];
-    for (sep, v, width) in rest {
-        out.push(sep);
-        push_digits(out, v, width);
-    }
-    out.push('Z');
+    // Digits are written into a fixed template, without the fmt machinery or a division by a
+    // power per digit, and appended at once.
+    let mut b = *b"0000-00-00T00:00:00.000Z";
+    put_digits(&mut b[0..4], y);
+    put_digits(&mut b[5..7], i64::from(m));
+    put_digits(&mut b[8..10], i64::from(d));
+    put_digits(&mut b[11..13], t / 3600);
+    put_digits(&mut b[14..16], (t / 60) % 60);
+    put_digits(&mut b[17..19], t % 60);
+    put_digits(&mut b[20..23], ms.rem_euclid(1000));
+    out.push_str(std::str::from_utf8(&b).unwrap_or("0000-00-00T00:00:00.000Z"));
 }
 
-/// `v` (0 <= v < 10^width) as exactly `width` decimal digits.
-fn push_digits(out: &mut String, v: i64, width: u32) {
-    for i in (0..width).rev() {
-        out.push(char::from(b'0' + ((v / 10_i64.pow(i)) % 10) as u8));
+/// `v` (0 <= v < 10^len) as exactly `dst.len()` decimal digits.
+fn put_digits(dst: &mut [u8], mut v: i64) {
+    for c in dst.iter_mut().rev() {
+        *c = b'0' + (v % 10) as u8;
+        v /= 10;
     }
 }
 

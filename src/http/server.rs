@@ -92,7 +92,9 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
                 if let (true, Pass::User(i)) = (log_on, &passed.who) {
                     user = Some(i.user_id.clone());
                 }
-                let mut r = dispatch(&app, req, passed.who, start_us).await;
+                // Boxed: this future is moved whole a few times per request (into hyper's slot
+                // among them), and dispatch's state is most of its size.
+                let mut r = Box::pin(dispatch(&app, req, passed.who, start_us)).await;
                 r.headers.extend(filter::ratelimit_headers(&passed.quota));
                 r
             }
@@ -207,7 +209,7 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) 
                 Pass::Public => None,
             };
             let rq = Rq { params, ident, now_us: start_us, has_auth, idem: idem.take() };
-            let fut = Box::pin(api::call(app, r.ep, &rq));
+            let fut = api::call(app, r.ep, &rq);
             let res = match CatchUnwind(fut).await {
                 Ok(res) => res,
                 Err(()) => Err(ApiError::Internal("handler panicked".into())),
