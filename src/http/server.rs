@@ -193,12 +193,18 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) 
             return Reply::bare(400, "Invalid request body");
         }
     };
-    let (mut idem, keyed) =
-        match idem::begin(app, r, &pass, &parts.headers, parts.uri.query(), &body, start_us).await {
-            idem::Begin::Skip => (None, None),
-            idem::Begin::Answer(reply) => return reply,
-            idem::Begin::Run { req, run, user_id } => (Some(req), Some((run, user_id))),
-        };
+    // The idempotency futures are boxed, and only built for a request with a key: inline they
+    // would grow every request's state, which is moved whole into its box.
+    let begin = if parts.headers.contains_key(idem::HEADER) {
+        Box::pin(idem::begin(app, r, &pass, &parts.headers, parts.uri.query(), &body, start_us)).await
+    } else {
+        idem::Begin::Skip
+    };
+    let (mut idem, keyed) = match begin {
+        idem::Begin::Skip => (None, None),
+        idem::Begin::Answer(reply) => return reply,
+        idem::Begin::Run { req, run, user_id } => (Some(req), Some((run, user_id))),
+    };
     let ct = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let result = match Params::parse(parts.uri.query(), ct, &body) {
         Err(e) => Err(e),
@@ -219,7 +225,9 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) 
         }
     };
     match (idem, keyed) {
-        (Some(req), Some((run, user_id))) => idem::finish(app, &user_id, run, req, result, start_us).await,
+        (Some(req), Some((run, user_id))) => {
+            Box::pin(idem::finish(app, &user_id, run, req, result, start_us)).await
+        }
         _ => envelope(result, r.prefix, start_us, app.clock.now_micros()),
     }
 }
