@@ -266,7 +266,6 @@ impl Memtable {
             .into_iter()
             .flat_map(move |(p, &i)| self.buckets[i].rows_from(p, lo))
             .chain(rest.flat_map(move |(p, &i)| self.buckets[i].rows(p)))
-            .skip_while(move |(k, _)| k.cmp_bytes(lo).is_lt())
             .take_while(move |(k, _)| hi.is_none_or(|h| k.cmp_bytes(h).is_lt()))
     }
 }
