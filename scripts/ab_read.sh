@@ -20,28 +20,15 @@ JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "$BASE" --port $AP --da
 JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "$NEW" --port $NP --data-dir $W/n >/dev/null 2>&1 & N=$!
 trap 'kill $BARE $A $N 2>/dev/null; wait $BARE $A $N 2>/dev/null; rm -rf "$W"' EXIT
 for p in $BP $AP $NP; do for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$p/__ping__" && break; sleep 0.1; done; done
-TOKEN=$(python3 - "$SECRET" <<'PY'
-import base64, hmac, hashlib, json, sys
-b = lambda d: base64.urlsafe_b64encode(d).rstrip(b"=").decode()
-h = b(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-p = b(json.dumps({"user_id": "load", "role": "user", "iat": 1}).encode())
-s = b(hmac.new(sys.argv[1].encode(), f"{h}.{p}".encode(), hashlib.sha256).digest())
-print(f"{h}.{p}.{s}")
-PY
-)
+TOKEN=$(python3 scripts/pfm_bench.py token "$SECRET" load)
 reg() { curl -s -XPOST "http://127.0.0.1:$1/register" -H "Authorization: Bearer $TOKEN" -d 'user_id=load&initial_balance=1000' | python3 -c 'import sys,json;print(json.load(sys.stdin)["uuid"])'; }
 MA=$(reg $AP); MN=$(reg $NP)
-TICK=$(getconf CLK_TCK)
-r() { local pid=$1; shift; local c0 c1 out
-  c0=$(awk '{print $14+$15}' "/proc/$pid/stat")
-  out=$(taskset -c 1 wrk -t1 -c32 -d"${DUR}s" "$@" 2>/dev/null)
-  c1=$(awk '{print $14+$15}' "/proc/$pid/stat")
-  echo "$out" | awk -v c0="$c0" -v c1="$c1" -v tick="$TICK" '/requests in/ {n=$1} /Requests\/sec/ {rps=$2} END {printf "%s %.1f\n", rps, (c1-c0)*1e6/tick/n}'; }
+. scripts/wrk_cpu.sh
 for i in $(seq $ROUNDS); do
-  read -r b1 cb1 < <(r $BARE "http://127.0.0.1:$BP/")
-  read -r a ca < <(r $A -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$AP/get_balance?uuid=$MA")
-  read -r n cn < <(r $N -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$NP/get_balance?uuid=$MN")
-  read -r b2 cb2 < <(r $BARE "http://127.0.0.1:$BP/")
+  read -r b1 cb1 < <(wrk_cpu $BARE "http://127.0.0.1:$BP/")
+  read -r a ca < <(wrk_cpu $A -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$AP/get_balance?uuid=$MA")
+  read -r n cn < <(wrk_cpu $N -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$NP/get_balance?uuid=$MN")
+  read -r b2 cb2 < <(wrk_cpu $BARE "http://127.0.0.1:$BP/")
   python3 -c "
 b=($b1+$b2)/2
 print(f'round $i bare {b:.0f} ({($cb1+$cb2)/2:.1f}us)  base {$a:.0f} {$a/b:.2f}x ({$ca}us)  new {$n:.0f} {$n/b:.2f}x ({$cn}us)')"

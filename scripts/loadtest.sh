@@ -15,15 +15,7 @@ PFM_PORT=18002
 JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn ./target/release/pfm --port $PFM_PORT --data-dir "$DATA" & PFM=$!
 trap 'kill $BARE $PFM 2>/dev/null; rm -rf "$DATA"' EXIT
 sleep 1
-TOKEN=$(python3 - "$SECRET" <<'PY'
-import base64, hmac, hashlib, json, sys
-b = lambda d: base64.urlsafe_b64encode(d).rstrip(b"=").decode()
-h = b(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-p = b(json.dumps({"user_id": "load", "role": "user", "iat": 1}).encode())
-s = b(hmac.new(sys.argv[1].encode(), f"{h}.{p}".encode(), hashlib.sha256).digest())
-print(f"{h}.{p}.{s}")
-PY
-)
+TOKEN=$(python3 scripts/pfm_bench.py token "$SECRET" load)
 B=http://127.0.0.1:$PFM_PORT
 AUTH="Authorization: Bearer $TOKEN"
 MAIN=$(curl -s -XPOST "$B/register" -H "$AUTH" -d 'user_id=load&initial_balance=1000' | python3 -c 'import sys,json;print(json.load(sys.stdin)["uuid"])')
