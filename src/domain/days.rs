@@ -8,7 +8,6 @@
 //! whole buckets of two partial spans and the spans between, whatever the number of records.
 //! Storage keeps only the day rows; bucket and span totals are rebuilt when a user is loaded.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -50,26 +49,63 @@ impl DaySums {
     }
 }
 
+/// The entry of `key` in a vector sorted by key, inserted with a default value if missing.
+fn slot<T: Default>(v: &mut Vec<(i64, T)>, key: i64) -> &mut T {
+    let i = match v.binary_search_by_key(&key, |e| e.0) {
+        Ok(i) => i,
+        Err(i) => {
+            v.insert(i, (key, T::default()));
+            i
+        }
+    };
+    &mut v[i].1
+}
+
+/// The entries of a vector sorted by key whose keys lie in `[lo, hi]`.
+fn within<T>(v: &[(i64, T)], lo: i64, hi: i64) -> &[(i64, T)] {
+    let a = v.partition_point(|e| e.0 < lo);
+    let b = v.partition_point(|e| e.0 <= hi);
+    &v[a..b.max(a)]
+}
+
+fn get<T>(v: &[(i64, T)], key: i64) -> Option<&T> {
+    v.binary_search_by_key(&key, |e| e.0).ok().map(|i| &v[i].1)
+}
+
+/// One day of a bucket: its sums and the cumulative sums of the bucket's days up to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Day {
+    sums: DaySums,
+    /// The bucket's days <= this one, so a partial bucket is two lookups (a write updates at
+    /// most the bucket's 32 entries).
+    cum: DaySums,
+}
+
+/// Days in sorted vectors rather than B-trees: a bucket holds at most 32 days, and copying a
+/// small vector is one allocation where copying a B-tree node is one allocation of ~800 bytes
+/// whatever it holds (the copy-on-write step of every write pays it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Bucket {
     total: DaySums,
-    days: BTreeMap<i64, DaySums>,
-    /// Cumulative sums inside the bucket: the entry of day d holds the bucket's days <= d, so a
-    /// partial bucket is two lookups (a write updates at most the bucket's 32 entries).
-    cum: BTreeMap<i64, DaySums>,
+    days: Vec<(i64, Day)>,
 }
 
 impl Bucket {
     fn upto(&self, day: i64) -> DaySums {
-        self.cum.range(..=day).next_back().map(|(_, v)| *v).unwrap_or_default()
+        let i = self.days.partition_point(|e| e.0 <= day);
+        if i == 0 {
+            DaySums::default()
+        } else {
+            self.days[i - 1].1.cum
+        }
     }
 }
 
 /// The day sums of one account (see the module comment).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DayLedger {
-    buckets: BTreeMap<i64, Arc<Bucket>>,
-    spans: BTreeMap<i64, DaySums>,
+    buckets: Vec<(i64, Arc<Bucket>)>,
+    spans: Vec<(i64, DaySums)>,
 }
 
 fn bucket_of(day: i64) -> i64 {
@@ -83,24 +119,28 @@ fn span_of(day: i64) -> i64 {
 impl DayLedger {
     /// Adds `delta` to `day`; returns the day's new sums (the row storage keeps).
     pub fn add(&mut self, day: i64, delta: &DaySums) -> DaySums {
-        self.spans.entry(span_of(day)).or_default().add(delta);
-        let b = Arc::make_mut(self.buckets.entry(bucket_of(day)).or_default());
+        slot(&mut self.spans, span_of(day)).add(delta);
+        let b = Arc::make_mut(slot(&mut self.buckets, bucket_of(day)));
         b.total.add(delta);
-        if !b.cum.contains_key(&day) {
-            let base = b.upto(day);
-            b.cum.insert(day, base);
+        let i = match b.days.binary_search_by_key(&day, |e| e.0) {
+            Ok(i) => i,
+            Err(i) => {
+                let base = if i == 0 { DaySums::default() } else { b.days[i - 1].1.cum };
+                b.days.insert(i, (day, Day { sums: DaySums::default(), cum: base }));
+                i
+            }
+        };
+        for (_, d) in &mut b.days[i..] {
+            d.cum.add(delta);
         }
-        for (_, v) in b.cum.range_mut(day..) {
-            v.add(delta);
-        }
-        let d = b.days.entry(day).or_default();
+        let d = &mut b.days[i].1.sums;
         d.add(delta);
         *d
     }
 
     /// The sums of one day.
     pub fn day(&self, day: i64) -> DaySums {
-        self.buckets.get(&bucket_of(day)).and_then(|b| b.days.get(&day)).copied().unwrap_or_default()
+        get(&self.buckets, bucket_of(day)).and_then(|b| get(&b.days, day)).map(|d| d.sums).unwrap_or_default()
     }
 
     /// Sums over `[from, to]`.
@@ -114,7 +154,7 @@ impl DayLedger {
             return self.range_in_span(from, to);
         }
         s.add(&self.range_in_span(from, (fs + 1) * SPAN_DAYS - 1));
-        for (_, v) in self.spans.range(fs + 1..ts) {
+        for (_, v) in within(&self.spans, fs + 1, ts - 1) {
             s.add(v);
         }
         s.add(&self.range_in_span(ts * SPAN_DAYS, to));
@@ -128,7 +168,7 @@ impl DayLedger {
             return self.range_in_bucket(fb, from, to);
         }
         let mut s = self.range_in_bucket(fb, from, to);
-        for (_, b) in self.buckets.range(fb + 1..tb) {
+        for (_, b) in within(&self.buckets, fb + 1, tb - 1) {
             s.add(&b.total);
         }
         s.add(&self.range_in_bucket(tb, from, to));
@@ -136,7 +176,7 @@ impl DayLedger {
     }
 
     fn range_in_bucket(&self, b: i64, from: i64, to: i64) -> DaySums {
-        match self.buckets.get(&b) {
+        match get(&self.buckets, b) {
             Some(bk) => bk.upto(to).minus(&bk.upto(from - 1)),
             None => DaySums::default(),
         }
@@ -147,8 +187,8 @@ impl DayLedger {
         let bounds = (from <= to).then(|| (bucket_of(from), bucket_of(to)));
         bounds
             .into_iter()
-            .flat_map(move |(fb, tb)| self.buckets.range(fb..=tb))
-            .flat_map(move |(_, b)| b.days.range(from..=to).map(|(d, s)| (*d, *s)))
+            .flat_map(move |(fb, tb)| within(&self.buckets, fb, tb))
+            .flat_map(move |(_, b)| within(&b.days, from, to).iter().map(|(d, s)| (*d, s.sums)))
     }
 }
 
@@ -162,12 +202,16 @@ pub struct TrackRow {
 /// Tracker rows of one grandchild-kind account, one per day, bucketed like [`DayLedger`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrackLog {
-    buckets: BTreeMap<i64, Arc<BTreeMap<i64, TrackRow>>>,
+    buckets: Vec<(i64, Arc<Vec<(i64, TrackRow)>>)>,
 }
 
 impl TrackLog {
     pub fn insert(&mut self, day: i64, row: TrackRow) {
-        Arc::make_mut(self.buckets.entry(bucket_of(day)).or_default()).insert(day, row);
+        let b = Arc::make_mut(slot(&mut self.buckets, bucket_of(day)));
+        match b.binary_search_by_key(&day, |e| e.0) {
+            Ok(i) => b[i].1 = row,
+            Err(i) => b.insert(i, (day, row)),
+        }
     }
 
     /// The latest row dated inside `[from, to]`. Every stored bucket holds a row, so at most the
@@ -176,10 +220,10 @@ impl TrackLog {
         if from > to {
             return None;
         }
-        self.buckets
-            .range(bucket_of(from)..=bucket_of(to))
+        within(&self.buckets, bucket_of(from), bucket_of(to))
+            .iter()
             .rev()
-            .find_map(|(_, b)| b.range(from..=to).next_back().map(|(_, r)| *r))
+            .find_map(|(_, b)| within(b, from, to).last().map(|(_, r)| *r))
     }
 
     /// Every row dated inside `[from, to]`, in day order.
@@ -187,8 +231,8 @@ impl TrackLog {
         let bounds = (from <= to).then(|| (bucket_of(from), bucket_of(to)));
         bounds
             .into_iter()
-            .flat_map(move |(fb, tb)| self.buckets.range(fb..=tb))
-            .flat_map(move |(_, b)| b.range(from..=to).map(|(d, r)| (*d, *r)))
+            .flat_map(move |(fb, tb)| within(&self.buckets, fb, tb))
+            .flat_map(move |(_, b)| within(b, from, to).iter().copied())
     }
 }
 
@@ -196,6 +240,7 @@ impl TrackLog {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     fn sums(v: i128) -> DaySums {
         DaySums { dep_user: v, wd_user: 2 * v, dep_all: 3 * v, dep_alloc: v + 1 }
@@ -261,7 +306,7 @@ mod tests {
         let before = l.clone();
         l.add(5, &sums(1));
         // Only the written bucket was copied; every other bucket is still shared.
-        let shared = l.buckets.iter().filter(|(k, b)| Arc::ptr_eq(b, &before.buckets[*k])).count();
+        let shared = l.buckets.iter().zip(&before.buckets).filter(|(a, b)| Arc::ptr_eq(&a.1, &b.1)).count();
         assert_eq!(shared, l.buckets.len() - 1);
     }
 }
