@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::dates::{day_of, DAY_SECS};
-use super::tree::{Account, AccountId, DaySums, Kind, Ledger, TrackRow, Tree};
+use super::tree::{Account, AccountId, DaySums, IdMap, Kind, Ledger, TrackRow, Tree};
 
 /// One transaction record (SPEC 2.6).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -111,11 +111,11 @@ impl<'a> Ctx<'a> {
     pub fn finish(self) -> Change {
         let t = &*self.tree;
         // Records were appended in order; the account's final log_len tells each one's sequence.
-        let mut appended: std::collections::HashMap<AccountId, u64> = std::collections::HashMap::new();
+        let mut appended: IdMap<u64> = IdMap::default();
         for (acc, _) in &self.records {
             *appended.entry(*acc).or_insert(0) += 1;
         }
-        let mut next_seq: std::collections::HashMap<AccountId, u64> =
+        let mut next_seq: IdMap<u64> =
             appended.into_iter().filter_map(|(acc, n)| t.get(acc).map(|a| (acc, a.log_len - n))).collect();
         let mut records = Vec::with_capacity(self.records.len());
         let mut main_txids = Vec::new();

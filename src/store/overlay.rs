@@ -194,8 +194,9 @@ fn split(k: &[u8]) -> (&[u8], Option<u64>) {
 #[derive(Default)]
 pub struct Memtable {
     buckets: Vec<Bucket>,
-    /// Buckets by prefix, for inserts and single reads (a hash: no chain of key comparisons)...
-    index: HashMap<Box<[u8]>, usize>,
+    /// Buckets by prefix, for inserts and single reads (a hash: no chain of key comparisons;
+    /// prefixes are made by the server, so a fast seeded hash is enough)...
+    index: HashMap<Box<[u8]>, usize, foldhash::fast::RandomState>,
     /// ...and in key order, for ranges and checkpoints. A prefix is new only with a new user,
     /// account or tag, so this map changes rarely.
     order: BTreeMap<Box<[u8]>, usize>,
