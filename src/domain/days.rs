@@ -199,10 +199,13 @@ pub struct TrackRow {
     pub balance: i64,
 }
 
+/// One bucket of tracker rows, in day order.
+type TrackBucket = Vec<(i64, TrackRow)>;
+
 /// Tracker rows of one grandchild-kind account, one per day, bucketed like [`DayLedger`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrackLog {
-    buckets: Vec<(i64, Arc<Vec<(i64, TrackRow)>>)>,
+    buckets: Vec<(i64, Arc<TrackBucket>)>,
 }
 
 impl TrackLog {
