@@ -77,10 +77,10 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// ...or once this much journal was written since the last checkpoint.
 const CHECKPOINT_BYTES: u64 = 128 << 20;
 /// The memtable is frozen and written into sled once it holds this much...
-const MEMTABLE_BYTES: usize = 32 << 20;
+const MEMTABLE_BYTES: usize = 128 << 20;
 /// ...and the applier waits for the checkpoint when it holds this much while the previous table
 /// is still being written (bounds memory when sled falls behind).
-const MEMTABLE_HARD_BYTES: usize = 128 << 20;
+const MEMTABLE_HARD_BYTES: usize = 512 << 20;
 /// Rows per sled batch when a frozen table is written.
 const CHECKPOINT_CHUNK: usize = 8192;
 /// Free space sled is given beyond twice a table's size before it is written (its snapshot and

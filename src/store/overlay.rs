@@ -131,16 +131,18 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn put(&mut self, suffix: u64, v: Option<IVec>) {
+    /// Puts a row; returns the value it replaced, if the row was here.
+    fn put(&mut self, suffix: u64, v: Option<IVec>) -> Option<Option<IVec>> {
         match self.tail.last_mut() {
             None => self.tail.push((suffix, v)),
             Some(last) if last.0 < suffix => self.tail.push((suffix, v)),
-            Some(last) if last.0 == suffix => last.1 = v,
+            Some(last) if last.0 == suffix => return Some(std::mem::replace(&mut last.1, v)),
             Some(_) => match self.tail.binary_search_by_key(&suffix, |e| e.0) {
-                Ok(i) => self.tail[i].1 = v,
+                Ok(i) => return Some(std::mem::replace(&mut self.tail[i].1, v)),
                 Err(i) => self.tail.insert(i, (suffix, v)),
             },
         }
+        None
     }
 
     fn get(&self, suffix: Option<u64>) -> Option<&Option<IVec>> {
@@ -200,8 +202,8 @@ pub struct Memtable {
     /// ...and in key order, for ranges and checkpoints. A prefix is new only with a new user,
     /// account or tag, so this map changes rarely.
     order: BTreeMap<Box<[u8]>, usize>,
-    /// Key and value bytes held (replaced values are not subtracted: an estimate that only errs
-    /// towards checkpointing sooner).
+    /// Key and value bytes held, plus a fixed overhead per row (an estimate of the table's
+    /// memory: a replaced value's bytes are given back).
     bytes: usize,
     /// The journal record the last rows came from.
     last_seq: u64,
@@ -223,7 +225,8 @@ impl Memtable {
     }
 
     fn insert(&mut self, k: &[u8], v: Option<IVec>) {
-        self.bytes += k.len() + v.as_ref().map_or(0, |v| v.len()) + 32;
+        let len = |v: &Option<IVec>| v.as_ref().map_or(0, |v| v.len());
+        self.bytes += len(&v);
         let (p, s) = split(k);
         let i = match self.index.get(p) {
             Some(&i) => i,
@@ -236,9 +239,15 @@ impl Memtable {
             }
         };
         let b = &mut self.buckets[i];
-        match s {
-            None => b.whole = Some(v),
+        let replaced = match s {
+            None => b.whole.replace(v),
             Some(s) => b.put(s, v),
+        };
+        // A replaced row gives its value's bytes back (an account or day row is rewritten by
+        // every write to it): the count follows what the table holds, not how often it changed.
+        match replaced {
+            Some(old) => self.bytes = self.bytes.saturating_sub(len(&old)),
+            None => self.bytes += k.len() + 32,
         }
     }
 
@@ -460,6 +469,34 @@ mod tests {
 
     fn put(k: &[u8], v: &[u8]) -> Row {
         (k.to_vec(), Some(IVec::from(v)))
+    }
+
+    /// The size that decides when a table is written follows what it holds: rewriting a row
+    /// (an account's row changes with every write to it) does not grow it.
+    #[test]
+    fn rewriting_a_row_counts_its_bytes_once() {
+        let mut m = Memtable::default();
+        let acc = codec::account_key(7, 1);
+        m.insert(&acc, Some(IVec::from(&[1u8; 100][..])));
+        let one = m.bytes();
+        assert!(one >= 100 + acc.len());
+        for _ in 0..10 {
+            m.insert(&acc, Some(IVec::from(&[2u8; 100][..])));
+        }
+        assert_eq!(m.bytes(), one);
+        m.insert(&acc, Some(IVec::from(&[3u8; 150][..])));
+        assert_eq!(m.bytes(), one + 50);
+        m.insert(&acc, None);
+        assert_eq!(m.bytes(), one - 100);
+        // Rows under one prefix (log records): each new one adds, a rewritten one does not.
+        let before = m.bytes();
+        for seq in 0..3 {
+            m.insert(&codec::log_key(7, 1, seq), Some(IVec::from(&[4u8; 40][..])));
+        }
+        let three = m.bytes();
+        assert!(three >= before + 3 * 40);
+        m.insert(&codec::log_key(7, 1, 1), Some(IVec::from(&[5u8; 40][..])));
+        assert_eq!(m.bytes(), three);
     }
 
     #[test]
