@@ -28,10 +28,16 @@ pub const RUN: u8 = FORMAT_V3;
 
 pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
     let mut out = Vec::with_capacity(64);
-    out.push(ROW);
-    bincode::serde::encode_into_std_write(v, &mut out, bincode::config::standard())
-        .map_err(|e| StoreError::Codec(e.to_string()))?;
+    encode_into(v, &mut out)?;
     Ok(out)
+}
+
+/// Appends the row encoding of `v` to `out` (a caller's reused buffer).
+pub fn encode_into<T: Serialize>(v: &T, out: &mut Vec<u8>) -> Result<(), StoreError> {
+    out.push(ROW);
+    bincode::serde::encode_into_std_write(v, out, bincode::config::standard())
+        .map_err(|e| StoreError::Codec(e.to_string()))?;
+    Ok(())
 }
 
 fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, StoreError> {

@@ -414,8 +414,25 @@ pub fn lists_rows(op: &Op) -> bool {
     }
 }
 
+thread_local! {
+    /// Where a row is encoded before its bytes are copied into the one allocation its value
+    /// keeps: an `IVec` made from a `Vec` copies it anyway, so a buffer per row was waste.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 fn put<T: serde::Serialize>(out: &mut Vec<Row>, k: Vec<u8>, v: &T) -> Result<(), StoreError> {
-    out.push((k, Some(IVec::from(encode(v)?))));
+    let value = SCRATCH.with(|b| {
+        let mut b = b.borrow_mut();
+        b.clear();
+        codec::encode_into(v, &mut b)?;
+        let value = IVec::from(&b[..]);
+        // One large row must not pin its buffer for the thread's life.
+        if b.capacity() > 64 << 10 {
+            *b = Vec::new();
+        }
+        Ok::<_, StoreError>(value)
+    })?;
+    out.push((k, Some(value)));
     Ok(())
 }
 
