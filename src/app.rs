@@ -8,7 +8,7 @@ use crate::auth::limits::{Backoff, RateLimiter};
 use crate::auth::password::Passwords;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::store::journal::JournalStore;
+use crate::store::journal::{JournalOptions, JournalStore};
 use crate::store::pg::PgStore;
 use crate::store::users::Users;
 use crate::store::Store;
@@ -68,8 +68,11 @@ impl App {
             }
             None => {
                 std::fs::create_dir_all(&cfg.data_dir)?;
-                let every = std::time::Duration::from_millis(cfg.checkpoint_interval_ms);
-                let j = Arc::new(JournalStore::open_with(&cfg.data_dir, every)?);
+                let opts = JournalOptions {
+                    checkpoint_every: std::time::Duration::from_millis(cfg.checkpoint_interval_ms),
+                    segment_bytes: cfg.journal_segment_bytes,
+                };
+                let j = Arc::new(JournalStore::open_with(&cfg.data_dir, opts)?);
                 (j.clone(), Some(j), None)
             }
         };

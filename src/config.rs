@@ -66,6 +66,13 @@ pub struct Config {
     #[arg(long = "checkpoint-interval-ms", env = "CHECKPOINT_INTERVAL_MS", default_value_t = 5000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub checkpoint_interval_ms: u64,
+    /// Bytes per journal segment of the embedded engine. Under sustained writes each new
+    /// segment is zero-filled to this size ahead of use, so an append's fdatasync writes data
+    /// only, never the file's size or block map
+    #[arg(long = "journal-segment-bytes", env = "JOURNAL_SEGMENT_BYTES",
+          default_value_t = crate::store::journal::SEGMENT_BYTES,
+          value_parser = clap::value_parser!(u64).range(65536..=(1 << 32)))]
+    pub journal_segment_bytes: u64,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -113,6 +120,7 @@ impl Config {
             log_format: "text".into(),
             database_url: None,
             checkpoint_interval_ms: 5000,
+            journal_segment_bytes: crate::store::journal::SEGMENT_BYTES,
             command: None,
         }
     }

@@ -23,7 +23,8 @@ const START_LIMIT: Duration = Duration::from_secs(120);
 const IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// The environment variables pfm reads its configuration from: removed, so the test's own
 /// environment never configures the child; a test sets what it needs through `envs`.
-const CONFIG_ENV: [&str; 17] = [
+const CONFIG_ENV: [&str; 18] = [
+    "JOURNAL_SEGMENT_BYTES",
     "CHECKPOINT_INTERVAL_MS",
     "HOST",
     "PORT",
