@@ -47,9 +47,14 @@ impl Rng {
 }
 
 /// pfm on `dir`, with the test's token secret and no rate limit in the way of the load.
-/// Checkpoints every 50 ms: kills land in the middle of checkpoints too.
-const ENV: [(&str, &str); 3] =
-    [("JWT_SECRET", SECRET), ("MAX_REQUESTS", "1000000000"), ("CHECKPOINT_INTERVAL_MS", "50")];
+/// Checkpoints every 50 ms, and 256 KiB journal segments (zero-filled ahead of use after their
+/// first 4 KiB): kills land in the middle of checkpoints, spare fills and rotations too.
+const ENV: [(&str, &str); 4] = [
+    ("JWT_SECRET", SECRET),
+    ("MAX_REQUESTS", "1000000000"),
+    ("CHECKPOINT_INTERVAL_MS", "50"),
+    ("JOURNAL_SEGMENT_BYTES", "262144"),
+];
 
 #[track_caller]
 fn spawn(dir: &std::path::Path) -> Proc {
