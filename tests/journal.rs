@@ -206,10 +206,25 @@ fn zero_filled_segments_keep_acknowledged_writes_and_tell_torn_from_damaged() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d");
     let seg_arg = SEG.to_string();
-    let args = ["--jwt-secret", SECRET, "--token-endpoint-enabled", "--journal-segment-bytes", &seg_arg];
+    // No checkpoint deletes a segment during the test.
+    let args = [
+        "--jwt-secret",
+        SECRET,
+        "--token-endpoint-enabled",
+        "--journal-segment-bytes",
+        &seg_arg,
+        "--checkpoint-interval-ms",
+        "3600000",
+    ];
     let mut p = proc::try_spawn(&data, &args, &[]).unwrap();
-    let n = 400;
-    let (tok, main) = write_some(p.addr, n);
+    let (tok, main) = write_some(p.addr, 0);
+    // Records of about 800 bytes, so that each spans a sector boundary.
+    let n = 300;
+    for i in 0..n {
+        let body = json!({"uuid": main, "amount": 2, "channel": "c".repeat(256),
+            "transaction_number": format!("T{i}-{}", "n".repeat(100))});
+        assert_eq!(request(p.addr, "POST", "/deposit", Some(&tok), body).0, 200);
+    }
     p.kill();
     let segs = segments(&data);
     let filled: Vec<&PathBuf> = segs.iter().filter(|s| std::fs::metadata(s).unwrap().len() == SEG).collect();
@@ -237,10 +252,17 @@ fn zero_filled_segments_keep_acknowledged_writes_and_tell_torn_from_damaged() {
     let name = seg.file_name().unwrap().to_string_lossy().to_string();
     assert!(err.contains(&name) && err.contains(&format!("offset {last_off}")), "{err}");
 
-    // A torn append: part of one more record landed in the zeros.
+    // A torn append: one more record (the last one again, with the next sequence number), of
+    // which only the sectors before a boundary inside it landed.
+    let mut next = bytes[last_off..last_off + last_len].to_vec();
+    let seq = u64::from_le_bytes(next[8..16].try_into().unwrap()) + 1;
+    next[8..16].copy_from_slice(&seq.to_le_bytes());
+    let hcrc = crc32fast::hash(&next[0..16]);
+    next[16..20].copy_from_slice(&hcrc.to_le_bytes());
+    let boundary = (written + 24 + 1).next_multiple_of(512);
+    assert!(boundary < written + next.len() && written + next.len() <= bytes.len(), "record sizes changed");
     let mut b = bytes.clone();
-    let extra = bytes[last_off..last_off + last_len / 2].to_vec();
-    b[written..written + extra.len()].copy_from_slice(&extra);
+    b[written..boundary].copy_from_slice(&next[..boundary - written]);
     std::fs::write(&seg, &b).unwrap();
     let mut p = proc::try_spawn(&data, &args, &[]).expect("starts after a torn tail");
     let addr = p.addr;

@@ -58,6 +58,8 @@ const MAGIC: u32 = 0x4C4E_4A50; // "PJNL"
 const MAGIC_END: u32 = 0x324E_4A50; // "PJN2"
 /// The last byte of a `MAGIC_END` frame: never zero, so a frame whose end is zero never landed.
 const END: u8 = 0xA5;
+/// Disks land writes in whole sectors: a torn append's lost part starts at a multiple of this.
+const SECTOR: usize = 512;
 const HEADER: usize = 24;
 /// Format of a journal payload (the version byte that starts it). Format 1 records (before
 /// delta sync and idempotency keys) are still read, as [`OpV1`].
@@ -256,8 +258,9 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 /// Parses every frame of a segment. Zeros after the last frame are unused space (a segment is
 /// zero-filled ahead of use). A damaged complete record is corruption, an error naming the file
 /// and offset; only a last record that never landed whole may be a torn tail: cut short by the
-/// file's end, or, for a frame with an end byte, one whose end lies in the zeros after
-/// everything written (an acknowledged frame's end byte is on disk and never zero).
+/// file's end, or, for a frame with an end byte, one whose end lies in the zeros after the last
+/// sector written (an acknowledged frame's end byte is on disk and never zero; rounding up to
+/// a whole sector keeps a damaged end byte in a record's last sector from passing for a tear).
 fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, Tail), StoreError> {
     let corrupt = |off: usize, what: &str| {
         StoreError::Corrupt(format!(
@@ -265,8 +268,10 @@ fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, T
             path.display()
         ))
     };
-    // Where the written bytes end: past it the segment holds only zeros.
+    // Where the written bytes end: past it the segment holds only zeros. `landed`: the end of
+    // the sector holding the last of them, where a torn append's lost sectors begin.
     let written = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+    let landed = written.next_multiple_of(SECTOR);
     let mut frames = Vec::new();
     let mut off = 0usize;
     let mut prev_seq = 0u64;
@@ -276,8 +281,8 @@ fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, T
         let header_ok =
             (magic == MAGIC || magic == MAGIC_END) && crc32fast::hash(&rest[0..16]) == u32_at(rest, 16);
         if !header_ok {
-            // A header that ends in the zeros (or past the file) was cut short while written.
-            return if last && written < off + HEADER {
+            // A header cut short by the file's end or by sectors that never landed.
+            return if last && (rest.len() < HEADER || landed < off + HEADER) {
                 Ok((frames, Tail::Torn(off)))
             } else if rest.len() < HEADER {
                 Err(corrupt(off, "truncated record header"))
@@ -289,12 +294,12 @@ fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, T
         let mut s = [0u8; 8];
         s.copy_from_slice(&rest[8..16]);
         let seq = u64::from_le_bytes(s);
-        if rest.len() < HEADER + len {
+        if len > rest.len() - HEADER {
             return if last { Ok((frames, Tail::Torn(off))) } else { Err(corrupt(off, "truncated record")) };
         }
         let with_end = magic == MAGIC_END;
         if crc32fast::hash(&rest[HEADER..HEADER + len]) != u32_at(rest, 20) {
-            return if last && with_end && off + HEADER + len > written {
+            return if last && with_end && off + HEADER + len > landed {
                 Ok((frames, Tail::Torn(off)))
             } else {
                 Err(corrupt(off, &format!("checksum mismatch in record {seq}")))
@@ -563,10 +568,11 @@ fn journal_thread(shared: Arc<Shared>, rx: Receiver<Entry>, atx: Sender<Handled>
     let (req_tx, req_rx) = mpsc::channel::<u64>();
     let (done_tx, done_rx) = mpsc::channel::<Result<File, String>>();
     let dir = shared.dir.clone();
+    let stop = &shared.stopping;
     std::thread::scope(|scope| {
         let spare = std::thread::Builder::new()
             .name("pfm-journal-spare".into())
-            .spawn_scoped(scope, move || spare_thread(&dir, req_rx, done_tx));
+            .spawn_scoped(scope, move || spare_thread(&dir, stop, req_rx, done_tx));
         if let Err(e) = &spare {
             tracing::warn!(error = %e, "no spare-segment thread; segments grow with each append");
         }
@@ -575,15 +581,17 @@ fn journal_thread(shared: Arc<Shared>, rx: Receiver<Entry>, atx: Sender<Handled>
 }
 
 /// Zero-fills spare segments on request, off the journal thread (a segment takes seconds).
-fn spare_thread(dir: &Path, req: Receiver<u64>, done: Sender<Result<File, String>>) {
+fn spare_thread(dir: &Path, stop: &AtomicBool, req: Receiver<u64>, done: Sender<Result<File, String>>) {
     while let Ok(size) = req.recv() {
-        if done.send(prepare_spare(dir, size)).is_err() {
+        if done.send(prepare_spare(dir, stop, size)).is_err() {
             break;
         }
     }
 }
 
-fn prepare_spare(dir: &Path, size: u64) -> Result<File, String> {
+/// Zero-fills `spare.tmp` to `size` and syncs it; gives up when the store stops (the next open
+/// deletes what is left).
+fn prepare_spare(dir: &Path, stop: &AtomicBool, size: u64) -> Result<File, String> {
     let path = dir.join(SPARE_NAME);
     // The spare never takes a disk's last space: a full disk must fail appends the usual way,
     // and sled's checkpoints need room too.
@@ -596,6 +604,9 @@ fn prepare_spare(dir: &Path, size: u64) -> Result<File, String> {
         let zeros = vec![0u8; 1 << 20];
         let mut at = 0u64;
         while at < size {
+            if stop.load(Ordering::Acquire) {
+                return Err(std::io::Error::other("the store is stopping"));
+            }
             let n = (size - at).min(zeros.len() as u64) as usize;
             std::os::unix::fs::FileExt::write_all_at(&f, &zeros[..n], at)?;
             at += n as u64;
@@ -778,7 +789,12 @@ fn rotate(shared: &Shared, first_seq: u64, zeroed: Option<File>) -> Result<Segme
             (OpenOptions::new().create(true).write(true).truncate(true).open(&p).map_err(|e| io(&p, e))?, 0)
         }
     };
-    sync_dir(&shared.dir)?;
+    if let Err(e) = sync_dir(&shared.dir) {
+        // Appends go on in the current segment: no empty segment may sort after it, or after a
+        // crash that one would no longer be the last and its torn tail would read as damage.
+        let _ = std::fs::remove_file(&p);
+        return Err(e);
+    }
     shared.segments.lock().push((first_seq, p.clone()));
     Ok(Segment { file, path: p, pos: 0, cap })
 }
@@ -1218,6 +1234,14 @@ mod tests {
         let f = &frames[2];
         assert!(matches!(decode_payload(Path::new("x"), 3, &b[f.payload_start..f.end]).unwrap(),
             Op::DeleteUser { user } if user.user_no == 3));
+        // The payload handed on stops before the end byte: bincode reads it all.
+        for f in &frames {
+            let body = &b[f.payload_start + 1..f.end];
+            let (_, used): (Op, usize) =
+                bincode::serde::decode_from_slice(body, bincode::config::standard()).unwrap();
+            assert_eq!(used, body.len());
+            assert_eq!(b[f.end], END);
+        }
     }
 
     #[test]
@@ -1263,20 +1287,35 @@ mod tests {
         }
     }
 
-    /// In a zero-filled segment a torn append shows as a last record whose end is in the zeros:
-    /// any prefix of it that landed (down to one byte) is dropped, and only it.
+    /// Frames of about 700 bytes: each spans a sector boundary.
+    fn big_segment(n: u64) -> Vec<u8> {
+        (1..=n)
+            .flat_map(|s| {
+                let mut o = op(s);
+                if let Op::DeleteUser { user } = &mut o {
+                    user.user_id = format!("u{s}-{}", "x".repeat(700));
+                }
+                encode_frame(s, &o).unwrap()
+            })
+            .collect()
+    }
+
+    /// In a zero-filled segment a torn append shows as a last record whose sectors from some
+    /// boundary on are still zeros: it is dropped, and only it.
     #[test]
     fn a_record_ending_in_the_zeros_of_a_filled_segment_is_a_torn_tail() {
-        let whole = segment(3).len();
-        let full = segment(4);
-        for landed in [1, HEADER - 1, HEADER, HEADER + 1, full.len() - whole - 1] {
-            let mut b = full[..whole + landed].to_vec();
+        let whole = big_segment(3).len();
+        let full = big_segment(4);
+        let cuts: Vec<usize> = (whole + 1..full.len()).filter(|c| c % SECTOR == 0).collect();
+        assert!(!cuts.is_empty());
+        for &cut in &cuts {
+            let mut b = full[..cut].to_vec();
             b.resize(full.len() + 4096, 0);
             let (frames, tail) = parse_segment(Path::new("x"), &b, true).unwrap();
-            assert_eq!(frames.len(), 3, "{landed} bytes landed");
-            assert!(matches!(tail, Tail::Torn(off) if off == whole), "{landed} bytes landed");
+            assert_eq!(frames.len(), 3, "landed up to {cut}");
+            assert!(matches!(tail, Tail::Torn(off) if off == whole), "landed up to {cut}");
             // Never in a closed segment: there it is damage.
-            assert!(parse_segment(Path::new("x"), &b, false).is_err(), "{landed} bytes landed");
+            assert!(parse_segment(Path::new("x"), &b, false).is_err(), "landed up to {cut}");
         }
         // Its sectors landing out of order (a hole of zeros, the end byte on disk) is not told
         // apart from damage: refused, never dropped.
@@ -1284,6 +1323,12 @@ mod tests {
         let hole = whole + HEADER + 2;
         b[hole..hole + 3].fill(0);
         assert!(parse_segment(Path::new("x"), &b, true).is_err());
+        // Nor is a damaged end byte turned to zero inside its record's last sector.
+        let mut b = full.clone();
+        b.resize(full.len() + 4096, 0);
+        assert_ne!((full.len() - 1) % SECTOR, 0, "the end byte starts a sector: pick another size");
+        b[full.len() - 1] = 0;
+        assert!(matches!(parse_segment(Path::new("x"), &b, true), Err(StoreError::Corrupt(_))));
     }
 
     /// Frames written before the end byte (magic "PJNL") still read, and their payload decodes.
