@@ -47,6 +47,11 @@ pub struct Config {
     /// Seconds a request body may take to arrive in full before the answer is 408
     #[arg(long = "body-timeout-secs", env = "BODY_TIMEOUT_SECS", default_value_t = 30)]
     pub body_timeout_secs: u64,
+    /// Seconds a connection may go without completing a request head (an idle keep-alive
+    /// connection included) before it is closed
+    #[arg(long = "header-timeout-secs", env = "HEADER_TIMEOUT_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub header_timeout_secs: u64,
     /// `plain` (SPEC 3.5) or `reference`: answers shaped as the reference's serializer writes them
     #[arg(long, env = "RESPONSE_STYLE", value_enum, default_value_t = ResponseStyle::Plain)]
     pub response_style: ResponseStyle,
@@ -115,6 +120,7 @@ impl Config {
             cors_allow_origin: None,
             max_tracked_keys: crate::auth::limits::DEFAULT_TRACKED_KEYS,
             body_timeout_secs: 30,
+            header_timeout_secs: 30,
             response_style: ResponseStyle::Plain,
             metrics_enabled: true,
             log_format: "text".into(),

@@ -20,6 +20,7 @@
 //!   injectable clock.
 //! - [`metrics`]: the Prometheus metrics every layer records into, through one-line calls.
 
+pub mod alloc;
 pub mod api;
 pub mod app;
 pub mod auth;

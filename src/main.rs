@@ -9,7 +9,7 @@ use pfm::config::{Command, Config};
 // sled and the request path allocate a lot, and the journal and applier threads free what the
 // async workers allocated; mimalloc handles both far better than the system allocator.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: pfm::alloc::Mimalloc = pfm::alloc::Mimalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

@@ -138,6 +138,55 @@ fn a_body_that_never_arrives_gets_408_and_the_connection_closes() {
     );
 }
 
+#[test]
+fn connections_that_complete_no_request_head_in_time_are_closed() {
+    let s = Srv::start_with(|c| c.header_timeout_secs = 1);
+    let tok = s.token("u", "user");
+    // Never a byte; a head trickled in too slowly; idle after an answer on a kept-alive
+    // connection. Each is closed within the timeout plus its check interval (1/6 of it).
+    let silent = TcpStream::connect(s.addr()).unwrap();
+    let mut slow = TcpStream::connect(s.addr()).unwrap();
+    let mut idle = TcpStream::connect(s.addr()).unwrap();
+    let started = Instant::now();
+    write!(idle, "GET /__ping__ HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut first = [0u8; 512];
+    let n = idle.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    let trickle = std::thread::spawn(move || {
+        for b in b"GET /__ping__ HTTP/1.1\r\nHost: t\r\nX-Slow: 1234567890" {
+            if slow.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        read_until_closed(&mut slow, Duration::from_secs(10))
+    });
+    for (name, mut c) in [("silent", silent), ("idle", idle)] {
+        let out = read_until_closed(&mut c, Duration::from_secs(10));
+        assert!(out.is_empty(), "{name}: {out}");
+        let t = started.elapsed();
+        assert!(t >= Duration::from_millis(950) && t < Duration::from_secs(4), "{name}: {t:?}");
+    }
+    assert_eq!(trickle.join().unwrap(), "");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // A connection that keeps sending requests is never cut, however long it lives.
+    let mut busy = TcpStream::connect(s.addr()).unwrap();
+    busy.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let until = Instant::now() + Duration::from_millis(2500);
+    let mut answered = 0;
+    while Instant::now() < until {
+        write!(busy, "GET /get_balance?uuid=x HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 2048];
+        let n = busy.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {answered} answers");
+        answered += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(answered >= 6);
+}
+
 /// Sends raw bytes (ignoring a reset once the server answered early) and returns the head and
 /// the parsed JSON body of the answer.
 fn raw_exchange(s: &Srv, bytes: &[u8]) -> (String, serde_json::Value) {

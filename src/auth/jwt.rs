@@ -28,6 +28,15 @@ const MAX_CACHED_IDENTITY_BYTES: usize = 320;
 /// Longest accepted `user_id` claim.
 const MAX_CLAIM_USER_ID: usize = 256;
 
+/// Longest token a connection remembers (see [`TokenMemo`]); real tokens are a few hundred bytes.
+const MAX_MEMO_TOKEN_BYTES: usize = 1024;
+
+/// One connection's last verified token. Clients send the same token on every request of a
+/// keep-alive connection, so comparing bytes against it skips hashing the token and the shared
+/// cache's lock. Only a verified token is kept, and its times are checked on every use.
+#[derive(Default)]
+pub struct TokenMemo(Option<(Box<str>, Verified)>);
+
 /// A token whose signature and claim shapes are valid; only its times remain to check.
 #[derive(Debug, Clone)]
 struct Verified {
@@ -35,6 +44,13 @@ struct Verified {
     identity: Arc<Identity>,
     exp: Option<f64>,
     nbf: Option<f64>,
+}
+
+impl Verified {
+    fn live_at(&self, now_secs: f64) -> Option<Arc<Identity>> {
+        let live = self.exp.is_none_or(|exp| now_secs <= exp) && self.nbf.is_none_or(|nbf| nbf <= now_secs);
+        live.then(|| self.identity.clone())
+    }
 }
 
 impl Jwt {
@@ -61,6 +77,25 @@ impl Jwt {
     /// Verifies a token at `now_secs`; `None` on any failure. A token whose signature and
     /// claims were checked once is remembered, so repeat requests only re-check its times.
     pub fn verify(&self, token: &str, now_secs: f64) -> Option<Arc<Identity>> {
+        self.verified(token).and_then(|v| v.live_at(now_secs))
+    }
+
+    /// [`Jwt::verify`], asking `memo` (the connection's last token) first.
+    pub fn verify_memo(&self, token: &str, now_secs: f64, memo: &mut TokenMemo) -> Option<Arc<Identity>> {
+        if let Some((t, v)) = &memo.0 {
+            if **t == *token {
+                return v.live_at(now_secs);
+            }
+        }
+        let v = self.verified(token)?;
+        if token.len() <= MAX_MEMO_TOKEN_BYTES {
+            memo.0 = Some((token.into(), v.clone()));
+        }
+        v.live_at(now_secs)
+    }
+
+    /// A token whose signature and claim shapes are valid, from the cache or checked now.
+    fn verified(&self, token: &str) -> Option<Verified> {
         let v = match self.cache.with(token, |e| e.clone()) {
             Some(v) => v,
             None => {
@@ -73,8 +108,7 @@ impl Jwt {
                 v
             }
         };
-        let live = v.exp.is_none_or(|exp| now_secs <= exp) && v.nbf.is_none_or(|nbf| nbf <= now_secs);
-        live.then_some(v.identity)
+        Some(v)
     }
 
     /// Signature, header and the time-independent claim rules of 4.3.
@@ -114,6 +148,32 @@ mod tests {
     fn token(j: &Jwt, claims: Value) -> String {
         let Value::Object(m) = claims else { unreachable!("test claims are objects") };
         j.sign(&m).unwrap()
+    }
+
+    #[test]
+    fn a_connections_memo_checks_times_and_bytes() {
+        let j = Jwt::new(b"k");
+        let mut memo = TokenMemo::default();
+        let t = token(&j, json!({"user_id": "u", "exp": 100}));
+        assert_eq!(j.verify_memo(&t, 60.0, &mut memo).map(|i| i.user_id.clone()), Some("u".into()));
+        assert!(memo.0.is_some());
+        // Remembered, yet expiry still applies.
+        assert!(j.verify_memo(&t, 100.5, &mut memo).is_none());
+        // A token differing in one byte is verified for itself, and fails; the memo stays.
+        let mut forged = t.clone().into_bytes();
+        let last = forged.len() - 1;
+        forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+        let forged = String::from_utf8(forged).unwrap();
+        assert!(j.verify_memo(&forged, 60.0, &mut memo).is_none());
+        assert_eq!(memo.0.as_ref().map(|(k, _)| &**k), Some(t.as_str()));
+        // Another valid token takes its place.
+        let t2 = token(&j, json!({"user_id": "w"}));
+        assert_eq!(j.verify_memo(&t2, 60.0, &mut memo).map(|i| i.user_id.clone()), Some("w".into()));
+        assert_eq!(memo.0.as_ref().map(|(k, _)| &**k), Some(t2.as_str()));
+        // A token too long to remember is still verified.
+        let long = token(&j, json!({"user_id": "x", "pad": "p".repeat(2000)}));
+        assert!(j.verify_memo(&long, 60.0, &mut memo).is_some());
+        assert_eq!(memo.0.as_ref().map(|(k, _)| &**k), Some(t2.as_str()));
     }
 
     #[test]

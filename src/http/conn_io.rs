@@ -9,16 +9,96 @@
 //! JSON body can never contain the CR LF sequences a head is made of.
 //!
 //! What still gets no JSON answer, because hyper writes nothing at all: a connection whose
-//! request head does not complete within the 30 s header timeout, and an HTTP/2 preface (this
+//! request head does not complete within the header timeout, and an HTTP/2 preface (this
 //! server speaks HTTP/1.1 only); both are simply closed.
+//!
+//! The header timeout lives here too, rather than in hyper: hyper's arms a fresh timer for
+//! every request (an allocation and a timer-wheel insert and removal each time), while this one
+//! keeps one timer per connection that wakes a few times per timeout period and looks at a
+//! counter the requests bump.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
 
 use super::response::Reply;
+use crate::auth::jwt::TokenMemo;
+
+/// What one connection's requests and its byte stream share.
+#[derive(Default)]
+pub struct ConnState {
+    /// Requests begun plus requests finished: odd while one is being handled.
+    activity: AtomicU64,
+    /// The last token verified on this connection.
+    pub token: Mutex<TokenMemo>,
+}
+
+impl ConnState {
+    /// Marks a request as being handled until the guard drops.
+    pub fn begin(&self) -> InFlight<'_> {
+        self.activity.fetch_add(1, Ordering::Relaxed);
+        InFlight(self)
+    }
+}
+
+/// A request being handled (see [`ConnState::begin`]).
+pub struct InFlight<'a>(&'a ConnState);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.activity.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Closes a connection that completes no request head for `limit`: one never used, one idle
+/// after its last answer, or one sending a head too slowly. It fires between `limit` and
+/// `limit` + `limit`/6 after the last request ended, never earlier.
+struct Watchdog {
+    state: Arc<ConnState>,
+    limit: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// `activity` when last looked at, and when it was first seen at that value.
+    seen: u64,
+    quiet_since: Instant,
+}
+
+impl Watchdog {
+    fn tick(&self) -> Duration {
+        self.limit / 6
+    }
+
+    /// Whether the connection has been quiet too long; otherwise the timer is armed on `cx`.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.sleep.is_none() {
+            let now = Instant::now();
+            self.seen = self.state.activity.load(Ordering::Relaxed);
+            self.quiet_since = now;
+            self.sleep = Some(Box::pin(tokio::time::sleep_until(now + self.tick())));
+        }
+        let tick = self.tick();
+        let Some(sleep) = self.sleep.as_mut() else { return false };
+        while sleep.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            let a = self.state.activity.load(Ordering::Relaxed);
+            if a != self.seen || a % 2 == 1 {
+                self.seen = a;
+                self.quiet_since = now;
+            } else if now.duration_since(self.quiet_since) >= self.limit {
+                return true;
+            }
+            sleep.as_mut().reset(now + tick);
+        }
+        false
+    }
+}
 
 /// What a replaced answer carries besides its body.
 #[derive(Clone, Default)]
@@ -35,11 +115,20 @@ pub struct JsonErrors<S> {
     /// Replacement bytes still to be written.
     pending: Vec<u8>,
     written: usize,
+    watchdog: Watchdog,
 }
 
 impl<S> JsonErrors<S> {
-    pub fn new(inner: S, opts: ErrorAnswers) -> JsonErrors<S> {
-        JsonErrors { inner, opts, pending: Vec::new(), written: 0 }
+    /// `header_timeout`: see [`Watchdog`]; `state` is shared with the connection's requests.
+    pub fn new(
+        inner: S,
+        opts: ErrorAnswers,
+        state: Arc<ConnState>,
+        header_timeout: Duration,
+    ) -> JsonErrors<S> {
+        let watchdog =
+            Watchdog { state, limit: header_timeout, sleep: None, seen: 0, quiet_since: Instant::now() };
+        JsonErrors { inner, opts, pending: Vec::new(), written: 0, watchdog }
     }
 }
 
@@ -132,7 +221,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for JsonErrors<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        // Only a read that waits can be waiting too long.
+        if r.is_pending() && this.watchdog.expired(cx) {
+            tracing::debug!("no request head within the header timeout; closing");
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "request head timed out")));
+        }
+        r
     }
 }
 

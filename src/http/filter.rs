@@ -7,6 +7,7 @@ use std::sync::Arc;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use hyper::Method;
 
+use super::conn_io::ConnState;
 use super::response::Reply;
 use crate::app::App;
 use crate::auth::jwt::Identity;
@@ -111,6 +112,7 @@ fn limited(verdict: Verdict, quota: Quota, who: Pass, msg: &str) -> Result<Passe
 
 pub fn run(
     app: &App,
+    conn: &ConnState,
     method: &Method,
     path: &str,
     headers: &HeaderMap,
@@ -155,7 +157,7 @@ pub fn run(
         .map(std::borrow::Cow::Borrowed)
         .unwrap_or_else(|_| String::from_utf8_lossy(rest));
     let token = token.trim_matches(|c: char| c.is_ascii_whitespace());
-    let Some(ident) = app.jwt.verify(token, t) else {
+    let Some(ident) = app.jwt.verify_memo(token, t, &mut conn.token.lock()) else {
         ip_budget()?;
         return Err(match app.auth_backoff.fail(token, t) {
             Failure::Reject => {

@@ -17,13 +17,13 @@ use hyper::header::{HeaderName, HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::assets;
-use super::conn_io::{ErrorAnswers, JsonErrors};
+use super::conn_io::{ConnState, ErrorAnswers, JsonErrors};
 use super::filter::{self, Pass};
 use super::idem;
 use super::json::reference_style;
@@ -72,7 +72,13 @@ fn request_id(req: &Request<Incoming>) -> HeaderValue {
     HeaderValue::from_str(id).unwrap_or(HeaderValue::from_static("-"))
 }
 
-async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+async fn handle(
+    app: Arc<App>,
+    conn: Arc<ConnState>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<Full<Bytes>> {
+    let _in_flight = conn.begin();
     let started = std::time::Instant::now();
     let route = metrics::route_index(req.uri().path());
     let rid = request_id(&req);
@@ -86,7 +92,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Resp
     // One clock reading serves the filter's limits and the envelope's start time.
     let start_us = app.clock.now_micros();
     let mut reply =
-        match filter::run(&app, req.method(), req.uri().path(), req.headers(), peer.ip(), start_us) {
+        match filter::run(&app, &conn, req.method(), req.uri().path(), req.headers(), peer.ip(), start_us) {
             Err(r) => r,
             Ok(passed) => {
                 if let (true, Pass::User(i)) = (log_on, &passed.who) {
@@ -239,6 +245,7 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
     let style =
         (app.cfg.response_style == ResponseStyle::Reference).then_some(reference_style as fn(&str) -> String);
     let answers = ErrorAnswers { cors_origin: app.cfg.cors_allow_origin.clone(), style };
+    let header_timeout = Duration::from_secs(app.cfg.header_timeout_secs.max(1));
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -258,14 +265,15 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
+        let state = Arc::new(ConnState::default());
+        let io = JsonErrors::new(stream, answers.clone(), state.clone(), header_timeout);
         let svc = service_fn(move |req| {
             let app = app.clone();
-            async move { Ok::<_, Infallible>(handle(app, req, peer).await) }
+            let state = state.clone();
+            async move { Ok::<_, Infallible>(handle(app, state, req, peer).await) }
         });
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
-            .serve_connection(TokioIo::new(JsonErrors::new(stream, answers.clone())), svc);
+        // No hyper timer: the header timeout is the byte stream's (see conn_io).
+        let conn = http1::Builder::new().serve_connection(TokioIo::new(io), svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _permit = permit;

@@ -1,0 +1,110 @@
+//! The process allocator: mimalloc, asked for alignment only when a layout needs more than
+//! mimalloc gives every block anyway.
+//!
+//! The `mimalloc` crate hands every allocation to `mi_malloc_aligned`. With mimalloc 3 that call
+//! takes a fast path only when the size class's page has a block on its free list; otherwise a
+//! size that is not a power of two (24, 40, 56... bytes, most of a request's allocations) falls to
+//! over-allocation: slower and larger. Profiled: 18 allocations per GET request, a third of them
+//! over-allocated, 8 % of the server's user-space instructions. Plain `mi_malloc` has no such
+//! cliff, and every mimalloc block is aligned to 16 bytes when it is 16 bytes or larger (its size
+//! classes are multiples of 16 from there), to 8 otherwise: the same rule std's own `System`
+//! allocator applies to `malloc`.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::ffi::c_void;
+
+use libmimalloc_sys as mi;
+
+/// Alignment every mimalloc block of at least this size has.
+const MIN_ALIGN: usize = 16;
+
+pub struct Mimalloc;
+
+fn plain(layout: &Layout) -> bool {
+    layout.align() <= MIN_ALIGN && layout.align() <= layout.size()
+}
+
+// SAFETY: mimalloc's functions are thread-safe and return null on failure, as GlobalAlloc
+// requires; pointers are freed by the allocator that made them (all of them are mimalloc's).
+unsafe impl GlobalAlloc for Mimalloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if plain(&layout) {
+            mi::mi_malloc(layout.size()) as *mut u8
+        } else {
+            mi::mi_malloc_aligned(layout.size(), layout.align()) as *mut u8
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if plain(&layout) {
+            mi::mi_zalloc(layout.size()) as *mut u8
+        } else {
+            mi::mi_zalloc_aligned(layout.size(), layout.align()) as *mut u8
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        mi::mi_free(ptr as *mut c_void);
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if layout.align() <= MIN_ALIGN && layout.align() <= new_size {
+            mi::mi_realloc(ptr as *mut c_void, new_size) as *mut u8
+        } else {
+            mi::mi_realloc_aligned(ptr as *mut c_void, new_size, layout.align()) as *mut u8
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_block_has_its_layouts_alignment() {
+        let a = Mimalloc;
+        let mut held = Vec::new();
+        for size in 1..=600usize {
+            for align in [1usize, 2, 4, 8, 16, 32, 64, 128, 4096] {
+                let l = Layout::from_size_align(size, align).unwrap();
+                // SAFETY: non-zero size; freed below with the same layout.
+                let p = unsafe {
+                    if size % 2 == 0 {
+                        a.alloc(l)
+                    } else {
+                        a.alloc_zeroed(l)
+                    }
+                };
+                assert!(!p.is_null());
+                assert_eq!(p as usize % align, 0, "size {size} align {align}");
+                if size % 2 == 1 {
+                    // SAFETY: p points to `size` zeroed bytes.
+                    assert!(unsafe { std::slice::from_raw_parts(p, size) }.iter().all(|b| *b == 0));
+                }
+                // SAFETY: p is valid for `size` bytes.
+                unsafe { p.write_bytes(0xAB, size) };
+                held.push((p, l));
+            }
+        }
+        for (p, l) in held.drain(..) {
+            // Grow and shrink, keeping the first bytes and the alignment.
+            let bigger = l.size() * 3 + 5;
+            // SAFETY: p came from `a` with layout l.
+            let q = unsafe { a.realloc(p, l, bigger) };
+            assert!(!q.is_null());
+            assert_eq!(q as usize % l.align(), 0);
+            // SAFETY: the first l.size() bytes were kept.
+            assert!(unsafe { std::slice::from_raw_parts(q, l.size()) }.iter().all(|b| *b == 0xAB));
+            let nl = Layout::from_size_align(bigger, l.align()).unwrap();
+            // SAFETY: q came from `a` with layout nl.
+            let r = unsafe { a.realloc(q, nl, 1) };
+            assert_eq!(r as usize % l.align(), 0);
+            // SAFETY: r came from `a` with size 1 and l's alignment.
+            unsafe { a.dealloc(r, Layout::from_size_align(1, l.align()).unwrap()) };
+        }
+    }
+}
