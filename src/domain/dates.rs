@@ -77,7 +77,20 @@ pub fn fmt_millis(ms: i64) -> String {
 
 /// [`fmt_millis`] appended to `out` (every answer carries two of these).
 pub fn push_millis(out: &mut String, ms: i64) {
+    // Both times of an answer, and most answers of a busy second, share their date and time of
+    // day: each thread remembers the last second it wrote.
+    thread_local! {
+        static LAST: std::cell::Cell<(i64, [u8; 19])> = const { std::cell::Cell::new((i64::MIN, [0; 19])) };
+    }
     let secs = ms.div_euclid(1000);
+    let (last, head) = LAST.get();
+    if last == secs {
+        let mut b = *b"0000-00-00T00:00:00.000Z";
+        b[..19].copy_from_slice(&head);
+        put_digits(&mut b[20..23], ms.rem_euclid(1000));
+        out.push_str(std::str::from_utf8(&b).unwrap_or("0000-00-00T00:00:00.000Z"));
+        return;
+    }
     let day = day_of(secs);
     let t = secs - day * DAY_SECS;
     let (y, m, d) = civil_from_days(day);
@@ -103,6 +116,9 @@ pub fn push_millis(out: &mut String, ms: i64) {
     put_digits(&mut b[14..16], (t / 60) % 60);
     put_digits(&mut b[17..19], t % 60);
     put_digits(&mut b[20..23], ms.rem_euclid(1000));
+    let mut head = [0u8; 19];
+    head.copy_from_slice(&b[..19]);
+    LAST.set((secs, head));
     out.push_str(std::str::from_utf8(&b).unwrap_or("0000-00-00T00:00:00.000Z"));
 }
 
@@ -295,8 +311,15 @@ mod fmt_millis_tests {
 
     #[test]
     fn fmt_millis_matches_the_general_formatting() {
-        for ms in [0i64, 1, 999, 1_752_137_415_123, 253_402_300_799_999, -1, -86_400_001, 253_402_300_800_000]
-        {
+        let bases =
+            [0i64, 1, 999, 1_752_137_415_123, 253_402_300_799_999, -1, -86_400_001, 253_402_300_800_000];
+        // Runs within one second, across seconds, and back to a second written before, so the
+        // per-thread memory of the last second is exercised both ways.
+        let mut seq = Vec::new();
+        for b in bases {
+            seq.extend([b, b, b + 1, b - 1, b + 1000, b, b - 1000, b + 999]);
+        }
+        for ms in seq {
             let secs = ms.div_euclid(1000);
             let day = day_of(secs);
             let t = secs - day * DAY_SECS;

@@ -8,12 +8,32 @@ pub struct Obj {
     buf: String,
 }
 
+/// Whether any byte of `x` is below 0x20, `"` or `\\` (SWAR byte tests; a borrow can flag a
+/// byte above a matching one, never a word without one).
+#[inline]
+fn may_need_escape(x: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let below = |v: u64, n: u64| v.wrapping_sub(ONES * n) & !v & HIGHS;
+    let zero = |v: u64| below(v, 1);
+    (below(x, 0x20) | zero(x ^ (ONES * u64::from(b'"'))) | zero(x ^ (ONES * u64::from(b'\\')))) != 0
+}
+
 pub fn escape_into(out: &mut String, s: &str) {
     out.push('"');
     // Most text needs no escaping: copy the plain stretches whole.
     let bytes = s.as_bytes();
+    // Eight bytes at a time up to the first that may need escaping (ids, names and dates
+    // usually have none).
+    let mut skip = 0;
+    for c in bytes.chunks_exact(8) {
+        match <[u8; 8]>::try_from(c) {
+            Ok(a) if !may_need_escape(u64::from_le_bytes(a)) => skip += 8,
+            _ => break,
+        }
+    }
     let mut plain = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    for (i, &b) in bytes.iter().enumerate().skip(skip) {
         let esc = match b {
             b'"' => "\\\"",
             b'\\' => "\\\\",
@@ -363,6 +383,47 @@ fn round4(t: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The byte-by-byte definition the fast path must agree with.
+    fn escape_naive(s: &str) -> String {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaping_matches_the_byte_by_byte_definition(s in "[\\x00-\\x7f\\u{80}-\\u{10ffff}]{0,40}") {
+            let mut out = String::new();
+            escape_into(&mut out, &s);
+            proptest::prop_assert_eq!(out, escape_naive(&s));
+        }
+    }
+
+    #[test]
+    fn every_byte_that_needs_escaping_is_found_at_every_position() {
+        for b in 0u8..0x80 {
+            for pos in 0..20 {
+                let mut s = "abcdefghijklmnopqrst".to_string().into_bytes();
+                s[pos] = b;
+                let s = String::from_utf8(s).unwrap();
+                let mut out = String::new();
+                escape_into(&mut out, &s);
+                assert_eq!(out, escape_naive(&s), "byte {b:#x} at {pos}");
+            }
+        }
+    }
 
     #[test]
     fn escaping_covers_quotes_backslashes_and_control_characters_only() {
