@@ -200,3 +200,121 @@ fn trust_proxy_uses_forwarded_for() {
     assert_eq!(s.raw("GET", "/__ping__", &a, Body::None).status, 429);
     assert_eq!(s.raw("GET", "/__ping__", &b, Body::None).status, 200);
 }
+
+/// One kept-alive connection: requests go out one at a time and each answer is read by its
+/// `Content-Length`.
+struct KeepAlive(std::net::TcpStream);
+
+impl KeepAlive {
+    fn open(s: &Srv) -> KeepAlive {
+        let c = std::net::TcpStream::connect(s.addr()).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        KeepAlive(c)
+    }
+
+    /// Status, the `RateLimit` header and the body of `GET target` with `token`.
+    fn get(&mut self, token: &str, target: &str) -> (u16, String, String) {
+        use std::io::{Read, Write};
+        write!(self.0, "GET {target} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\r\n").unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(self.0.read(&mut byte).unwrap(), 1, "connection closed");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let header = |name: &str| {
+            head.lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        let mut body = vec![0u8; header("content-length").parse().unwrap()];
+        self.0.read_exact(&mut body).unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, header("ratelimit"), String::from_utf8(body).unwrap())
+    }
+}
+
+/// A connection remembers its last token and the limiter key of its user: what it remembers
+/// must never change who a request is, whether it is allowed, or whose budget it spends.
+#[test]
+fn a_kept_alive_connection_authenticates_every_request_as_before() {
+    let s = Srv::start_with(|c| {
+        c.max_requests = 5;
+        c.window_size = 100;
+    });
+    let (tok_u, main_u) = s.user("u", "10");
+    let (tok_w, main_w) = s.user("w", "20");
+    let spent = 1; // registering spent one request of each budget
+    let mut c = KeepAlive::open(&s);
+    let bal = |m: &str| format!("/get_balance?uuid={m}");
+    let (st, rl, body) = c.get(&tok_u, &bal(&main_u));
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("\"balance\":10"), "{body}");
+    assert_eq!(rl, format!("\"default\";r={};t=100", 5 - spent - 1));
+    // Another user on the same connection is that user, with that user's budget.
+    let (st, rl, body) = c.get(&tok_w, &bal(&main_w));
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("\"balance\":20"), "{body}");
+    assert_eq!(rl, format!("\"default\";r={};t=100", 5 - spent - 1));
+    // u's own account is not w's: the memory of u's token is gone, and w is not let in as u.
+    let (st, _, _) = c.get(&tok_w, &bal(&main_u));
+    assert_eq!(st, 403);
+    // A second token of u (another iat) on a second connection spends the same budget.
+    let mut claims = serde_json::Map::new();
+    claims.insert("user_id".into(), json!("u"));
+    claims.insert("iat".into(), json!(12345));
+    let tok_u2 = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    let mut c2 = KeepAlive::open(&s);
+    let (st, rl, _) = c2.get(&tok_u2, &bal(&main_u));
+    assert_eq!((st, rl), (200, "\"default\";r=2;t=100".to_string()));
+    let (st, rl, _) = c.get(&tok_u, &bal(&main_u));
+    assert_eq!((st, rl), (200, "\"default\";r=1;t=100".to_string()));
+    let (st, rl, _) = c2.get(&tok_u2, &bal(&main_u));
+    assert_eq!((st, rl), (200, "\"default\";r=0;t=100".to_string()));
+    let (st, _, body) = c.get(&tok_u, &bal(&main_u));
+    assert_eq!(st, 429, "{body}");
+    // A token altered in its last byte is refused on a connection that remembers the original.
+    let mut forged = tok_w.clone().into_bytes();
+    let last = forged.len() - 1;
+    forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+    let (st, _, body) = c.get(&tok_w, &bal(&main_w));
+    assert_eq!(st, 200, "{body}");
+    let (st, _, body) = c.get(std::str::from_utf8(&forged).unwrap(), &bal(&main_w));
+    assert_eq!(st, 401, "{body}");
+}
+
+/// A remembered token still expires: the time is checked on every request.
+#[test]
+fn a_remembered_token_expires_on_its_connection() {
+    let s = Srv::start();
+    let (_, main) = s.user("u", "10");
+    let now = common::T0;
+    let mut claims = serde_json::Map::new();
+    claims.insert("user_id".into(), json!("u"));
+    claims.insert("exp".into(), json!(now + 60));
+    let tok = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    let mut c = KeepAlive::open(&s);
+    let target = format!("/get_balance?uuid={main}");
+    assert_eq!(c.get(&tok, &target).0, 200);
+    s.clock.advance_micros(59_000_000);
+    assert_eq!(c.get(&tok, &target).0, 200);
+    s.clock.advance_micros(2_000_000);
+    let (st, _, body) = c.get(&tok, &target);
+    assert_eq!(
+        (st, body.as_str()),
+        (401, r#"{"success":false,"status":401,"error":"Invalid or expired token"}"#)
+    );
+}

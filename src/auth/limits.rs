@@ -106,7 +106,17 @@ impl<V> KeyTable<V> {
     /// Runs `f` on the entry of `key` (`None` when absent). Whatever `f` leaves in the option is
     /// stored (`None` forgets the key).
     pub fn with<R>(&self, key: &str, f: impl FnOnce(&mut Option<V>) -> R) -> R {
-        let h = self.hasher.hash(key);
+        self.with_hashed(self.hasher.hash(key), f)
+    }
+
+    /// The table's hash of `key`, for [`KeyTable::with_hashed`] (a caller that checks one key
+    /// many times can hash it once).
+    pub fn hash_of(&self, key: &str) -> u128 {
+        self.hasher.hash(key)
+    }
+
+    /// [`KeyTable::with`] for a key hashed by [`KeyTable::hash_of`] of this table.
+    pub fn with_hashed<R>(&self, h: u128, f: impl FnOnce(&mut Option<V>) -> R) -> R {
         let mut guard = self.shards[(h >> 64) as usize % SHARDS].lock();
         let s = &mut *guard;
         let mut cur = s.young.remove(&h).or_else(|| s.old.remove(&h));
@@ -155,7 +165,12 @@ impl RateLimiter {
     /// Checks `key` at `t` and reports what is left of its window, for the RateLimit header
     /// fields; computed under the same shard lock, so it costs nothing extra.
     pub fn check_quota(&self, key: &str, t: f64) -> (Verdict, Quota) {
-        let (verdict, start, count) = self.table.with(key, |e| match e {
+        self.check_quota_hashed(self.table.hash_of(key), t)
+    }
+
+    /// [`RateLimiter::check_quota`] for a key hashed by this limiter's [`KeyTable::hash_of`].
+    pub fn check_quota_hashed(&self, h: u128, t: f64) -> (Verdict, Quota) {
+        let (verdict, start, count) = self.table.with_hashed(h, |e| match e {
             None => {
                 *e = Some((t, 1));
                 (Verdict::Allow, t, 1)

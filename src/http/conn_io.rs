@@ -30,15 +30,23 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use super::response::Reply;
-use crate::auth::jwt::TokenMemo;
+use crate::auth::jwt::{Identity, TokenMemo};
 
 /// What one connection's requests and its byte stream share.
 #[derive(Default)]
 pub struct ConnState {
     /// Requests begun plus requests finished: odd while one is being handled.
     activity: AtomicU64,
-    /// The last token verified on this connection.
-    pub token: Mutex<TokenMemo>,
+    /// What this connection's requests last authenticated as.
+    pub auth: Mutex<AuthMemo>,
+}
+
+/// A connection's memory of its last token (clients send one token per connection), and of
+/// the user limiter's hash of the identity it verified to.
+#[derive(Default)]
+pub struct AuthMemo {
+    pub token: TokenMemo,
+    pub limit_key: Option<(Arc<Identity>, u128)>,
 }
 
 impl ConnState {

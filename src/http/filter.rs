@@ -62,19 +62,25 @@ pub fn ratelimit_headers(q: &Quota) -> [(HeaderName, HeaderValue); 2] {
     ]
 }
 
-/// `"default";<k0><v0>;<k1><v1>`
+/// `"default";<k0><v0>;<k1><v1>`, written on the stack and copied out once.
 fn header_value(keys: &[&[u8]; 2], vals: [u64; 2]) -> HeaderValue {
-    let mut b = Vec::with_capacity(64);
-    b.push(b'"');
-    b.extend_from_slice(POLICY.as_bytes());
-    b.push(b'"');
+    // Longest: 9 for the name, then twice ';' + a 2-byte key + 20 digits.
+    let mut b = [0u8; 64];
+    let mut n = 0;
+    let mut put = |s: &[u8]| {
+        b[n..n + s.len()].copy_from_slice(s);
+        n += s.len();
+    };
+    put(b"\"");
+    put(POLICY.as_bytes());
+    put(b"\"");
     let mut ib = itoa::Buffer::new();
     for (k, v) in keys.iter().zip(vals) {
-        b.push(b';');
-        b.extend_from_slice(k);
-        b.extend_from_slice(ib.format(v).as_bytes());
+        put(b";");
+        put(k);
+        put(ib.format(v).as_bytes());
     }
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(b)).unwrap_or(HeaderValue::from_static("\"default\""))
+    HeaderValue::from_bytes(&b[..n]).unwrap_or(HeaderValue::from_static("\"default\""))
 }
 
 pub fn client_ip(app: &App, headers: &HeaderMap, peer: IpAddr) -> String {
@@ -157,7 +163,9 @@ pub fn run(
         .map(std::borrow::Cow::Borrowed)
         .unwrap_or_else(|_| String::from_utf8_lossy(rest));
     let token = token.trim_matches(|c: char| c.is_ascii_whitespace());
-    let Some(ident) = app.jwt.verify_memo(token, t, &mut conn.token.lock()) else {
+    let mut memo = conn.auth.lock();
+    let Some(ident) = app.jwt.verify_memo(token, t, &mut memo.token) else {
+        drop(memo);
         ip_budget()?;
         return Err(match app.auth_backoff.fail(token, t) {
             Failure::Reject => {
@@ -170,6 +178,16 @@ pub fn run(
             }
         });
     };
-    let (verdict, quota) = app.user_limiter.check_quota(&ident.user_id, t);
+    // The same identity object as last time (the memo hands out one per token) has the same key.
+    let key = match &memo.limit_key {
+        Some((id, k)) if Arc::ptr_eq(id, &ident) => *k,
+        _ => {
+            let k = app.user_limiter.table().hash_of(&ident.user_id);
+            memo.limit_key = Some((ident.clone(), k));
+            k
+        }
+    };
+    drop(memo);
+    let (verdict, quota) = app.user_limiter.check_quota_hashed(key, t);
     limited(verdict, quota, Pass::User(ident), "Rate limit exceeded. Try later.")
 }

@@ -180,13 +180,13 @@ impl Params {
     }
 
     pub fn get(&self, name: &str) -> PVal<'_> {
-        let text = |s: &str| {
+        fn text(s: &str) -> PVal<'_> {
             if s.is_empty() {
                 PVal::Empty
             } else {
-                PVal::Str(Cow::Owned(s.to_string()))
+                PVal::Str(Cow::Borrowed(s))
             }
-        };
+        }
         if let Some((_, v)) = self.query.iter().find(|(k, _)| k == name) {
             return text(v);
         }
