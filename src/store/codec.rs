@@ -40,6 +40,13 @@ pub fn encode_into<T: Serialize>(v: &T, out: &mut Vec<u8>) -> Result<(), StoreEr
     Ok(())
 }
 
+/// Appends the row encoding of a value whose bincode bytes are `body` (already encoded, as
+/// [`encode_into`] would encode them after the version byte).
+pub fn encoded_into(body: &[u8], out: &mut Vec<u8>) {
+    out.push(ROW);
+    out.extend_from_slice(body);
+}
+
 fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, StoreError> {
     bincode::serde::decode_from_slice(body, bincode::config::standard())
         .map(|(v, _)| v)

@@ -420,11 +420,62 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Where each row value of a commit already sits, encoded, in the bytes of its journal record:
+/// a value's row encoding is its version byte followed by exactly these bytes (bincode writes a
+/// struct as its fields one after another), so the applier copies them instead of encoding the
+/// same values a second time. Made by the journal's frame encoder; indices follow the change.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ValueSpans {
+    pub user: std::ops::Range<usize>,
+    pub accounts: Vec<std::ops::Range<usize>>,
+    pub records: Vec<std::ops::Range<usize>>,
+    pub days: Vec<std::ops::Range<usize>>,
+    pub track: Vec<std::ops::Range<usize>>,
+    pub sync: Option<std::ops::Range<usize>>,
+    pub idem_put: Option<std::ops::Range<usize>>,
+}
+
+/// A row's value: from its encoded bytes in a journal record when there are some, else
+/// encoded now.
+#[derive(Clone, Copy)]
+struct Source<'a>(Option<(&'a [u8], &'a ValueSpans)>);
+
+impl Source<'_> {
+    fn put<T: serde::Serialize>(
+        &self,
+        out: &mut Vec<Row>,
+        k: Vec<u8>,
+        v: &T,
+        span: impl FnOnce(&ValueSpans) -> Option<&std::ops::Range<usize>>,
+    ) -> Result<(), StoreError> {
+        match self.0.and_then(|(frame, spans)| Some((frame, span(spans)?))) {
+            Some((frame, r)) => {
+                let body = frame
+                    .get(r.clone())
+                    .ok_or_else(|| StoreError::Codec("value span outside its record".into()))?;
+                put_with(out, k, |b| {
+                    codec::encoded_into(body, b);
+                    Ok(())
+                })
+            }
+            None => put(out, k, v),
+        }
+    }
+}
+
 fn put<T: serde::Serialize>(out: &mut Vec<Row>, k: Vec<u8>, v: &T) -> Result<(), StoreError> {
+    put_with(out, k, |b| codec::encode_into(v, b))
+}
+
+fn put_with(
+    out: &mut Vec<Row>,
+    k: Vec<u8>,
+    fill: impl FnOnce(&mut Vec<u8>) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
     let value = SCRATCH.with(|b| {
         let mut b = b.borrow_mut();
         b.clear();
-        codec::encode_into(v, &mut b)?;
+        fill(&mut b)?;
         let value = IVec::from(&b[..]);
         // One large row must not pin its buffer for the thread's life.
         if b.capacity() > 64 << 10 {
@@ -444,20 +495,43 @@ pub fn rows_into(
     op: &Op,
     id_secret: Option<[u64; 2]>,
 ) -> Result<(), StoreError> {
+    rows_from(r, out, op, None, id_secret)
+}
+
+/// [`rows_into`], taking the values from `frame`, the operation's journal record, at `spans`.
+pub fn rows_from_frame(
+    r: &dyn Rows,
+    out: &mut Vec<Row>,
+    op: &Op,
+    frame: &[u8],
+    spans: &ValueSpans,
+    id_secret: Option<[u64; 2]>,
+) -> Result<(), StoreError> {
+    rows_from(r, out, op, Some((frame, spans)), id_secret)
+}
+
+fn rows_from(
+    r: &dyn Rows,
+    out: &mut Vec<Row>,
+    op: &Op,
+    encoded: Option<(&[u8], &ValueSpans)>,
+    id_secret: Option<[u64; 2]>,
+) -> Result<(), StoreError> {
+    let src = Source(encoded);
     match op {
         Op::Commit { user, change, sync, idem } => {
-            put(out, codec::user_key(&user.user_id), user)?;
+            src.put(out, codec::user_key(&user.user_id), user, |s| Some(&s.user))?;
             let key = id_secret.map(|s| IdKey::new(s, user.user_no));
-            change_rows(r, out, user.user_no, change, key.as_ref().map(|k| (k, user.root)))?;
+            change_rows(r, out, src, user.user_no, change, key.as_ref().map(|k| (k, user.root)))?;
             if let Some(row) = sync {
-                put(out, codec::change_key(user.user_no, row.knowledge), row)?;
+                src.put(out, codec::change_key(user.user_no, row.knowledge), row, |s| s.sync.as_ref())?;
             }
             if let Some(w) = idem {
                 for k in &w.remove {
                     out.push((codec::idem_key(user.user_no, k), None));
                 }
                 if let Some(rec) = &w.put {
-                    put(out, codec::idem_key(user.user_no, &rec.key), rec)?;
+                    src.put(out, codec::idem_key(user.user_no, &rec.key), rec, |s| s.idem_put.as_ref())?;
                 }
             }
         }
@@ -479,15 +553,16 @@ pub fn rows_into(
 fn change_rows(
     r: &dyn Rows,
     out: &mut Vec<Row>,
+    src: Source<'_>,
     no: u64,
     c: &Change,
     derived: Option<(&IdKey, AccountId)>,
 ) -> Result<(), StoreError> {
-    for a in &c.accounts {
-        put(out, codec::account_key(no, a.uuid), &**a)?;
+    for (i, a) in c.accounts.iter().enumerate() {
+        src.put(out, codec::account_key(no, a.uuid), &**a, |s| s.accounts.get(i))?;
     }
-    for (acc, seq, rec) in &c.records {
-        put(out, codec::log_key(no, *acc, *seq), rec)?;
+    for (i, (acc, seq, rec)) in c.records.iter().enumerate() {
+        src.put(out, codec::log_key(no, *acc, *seq), rec, |s| s.records.get(i))?;
     }
     let is_derived = |id: &str| {
         derived.is_some_and(|(k, root)| {
@@ -498,11 +573,11 @@ fn change_rows(
     for id in c.main_txids.iter().filter(|id| !is_derived(id)) {
         out.push((codec::txid_key(no, id), Some(IVec::default())));
     }
-    for (acc, day, sums) in &c.days {
-        put(out, codec::day_key(codec::DAY, no, *acc, *day), sums)?;
+    for (i, (acc, day, sums)) in c.days.iter().enumerate() {
+        src.put(out, codec::day_key(codec::DAY, no, *acc, *day), sums, |s| s.days.get(i))?;
     }
-    for (acc, day, row) in &c.track {
-        put(out, codec::day_key(codec::TRACK, no, *acc, *day), row)?;
+    for (i, (acc, day, row)) in c.track.iter().enumerate() {
+        src.put(out, codec::day_key(codec::TRACK, no, *acc, *day), row, |s| s.track.get(i))?;
     }
     for (id, _) in &c.removed {
         out.push((codec::account_key(no, *id), None));
@@ -599,7 +674,7 @@ mod tests {
         // Removing the account lists its runs and singles and removes every one.
         let change = Change { removed: vec![(a, 300)], ..Change::default() };
         let mut out = Vec::new();
-        change_rows(r, &mut out, no, &change, None).unwrap();
+        change_rows(r, &mut out, Source(None), no, &change, None).unwrap();
         s.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None).unwrap();
         assert!(read_log(r, no, a, 0, 300).unwrap().is_empty());
         assert_eq!(s.db.scan_prefix(codec::account_prefix(codec::LOG, no, a)).count(), 0);
@@ -629,7 +704,7 @@ mod tests {
         };
         let txid_rows = |derived: Option<(&IdKey, AccountId)>| -> Vec<Vec<u8>> {
             let mut out = Vec::new();
-            change_rows(&db.db, &mut out, no, &change, derived).unwrap();
+            change_rows(&db.db, &mut out, Source(None), no, &change, derived).unwrap();
             out.into_iter().map(|(k, _)| k).filter(|k| k.first() == Some(&codec::MAIN_TXID)).collect()
         };
         let want = |ids: &[&str]| ids.iter().map(|id| codec::txid_key(no, id)).collect::<Vec<_>>();
