@@ -219,7 +219,13 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 /// A commit is encoded piece by piece, into exactly the bytes bincode writes for the whole
 /// operation, noting where each row value lies (see [`ValueSpans`]).
 fn encode_frame_body(op: &Op) -> Result<(Vec<u8>, Option<ValueSpans>), StoreError> {
-    let mut f = vec![0u8; HEADER];
+    // Sized like this thread's last frame: a frame grown from empty by many small writes is
+    // reallocated several times.
+    thread_local! {
+        static LAST_LEN: std::cell::Cell<usize> = const { std::cell::Cell::new(1024) };
+    }
+    let mut f = Vec::with_capacity(LAST_LEN.get().clamp(256, 1 << 20) * 5 / 4);
+    f.resize(HEADER, 0);
     f.push(PAYLOAD_FORMAT);
     let spans = match op {
         Op::Commit { user, change, sync, idem } => Some(encode_commit(&mut f, user, change, sync, idem)?),
@@ -234,6 +240,7 @@ fn encode_frame_body(op: &Op) -> Result<(Vec<u8>, Option<ValueSpans>), StoreErro
     f[4..8].copy_from_slice(&len.to_le_bytes());
     let pcrc = crc32fast::hash(&f[HEADER..]);
     f[20..24].copy_from_slice(&pcrc.to_le_bytes());
+    LAST_LEN.set(f.len());
     Ok((f, spans))
 }
 
@@ -950,7 +957,7 @@ fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>, ctx: Sender<Arc<M
 fn stage(shared: &Shared, d: &Durable) {
     let (seq, op) = (d.seq, &d.op);
     let rows_of = |r: &dyn Rows| {
-        let mut rows = Vec::new();
+        let mut rows = Vec::with_capacity(op.rows());
         match &d.spans {
             Some(spans) => {
                 sled_store::rows_from_frame(r, &mut rows, op, &d.frame, spans, Some(shared.id_secret))
