@@ -187,6 +187,76 @@ fn connections_that_complete_no_request_head_in_time_are_closed() {
     assert!(answered >= 6);
 }
 
+/// A TCP connection to `addr` (IPv4) whose receive buffer is 4 KiB from its first packet.
+fn connect_with_small_receive_buffer(addr: std::net::SocketAddr) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(v4) = addr else { panic!("IPv4 expected") };
+    // SAFETY: plain socket calls on a descriptor this function owns until it hands it to
+    // TcpStream; every pointer refers to a live value of the size given.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let small: libc::c_int = 4096;
+        let rc = libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&small as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        assert_eq!(rc, 0);
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
+            sin_zero: [0; 8],
+        };
+        let rc = libc::connect(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(rc, 0);
+        TcpStream::from_raw_fd(fd)
+    }
+}
+
+/// A client that reads its answer slowly, pausing longer than the header timeout, still gets
+/// all of it: the timeout never cuts an answer short (an answer hyper is still writing counts
+/// as activity; one the kernel holds is delivered before the connection's close).
+#[test]
+fn an_answer_to_a_slow_reader_outlives_the_header_timeout() {
+    let s = Srv::start_with(|c| c.header_timeout_secs = 1);
+    // A small receive buffer, set before connecting so the window is small from the start: the
+    // 240 KB document cannot be taken at once.
+    let mut c = connect_with_small_receive_buffer(s.addr());
+    write!(c, "GET /openapi.json HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(c.read(&mut byte).unwrap(), 1, "closed in the head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap();
+    assert!(len > 100_000, "{len}");
+    let mut body = vec![0u8; len];
+    c.read_exact(&mut body).expect("the whole answer arrives");
+    assert!(serde_json::from_slice::<serde_json::Value>(&body).is_ok());
+    // Once it is sent and the connection is idle, the timeout applies again.
+    let started = Instant::now();
+    let out = read_until_closed(&mut c, Duration::from_secs(10));
+    assert!(out.is_empty());
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
 /// Sends raw bytes (ignoring a reset once the server answered early) and returns the head and
 /// the parsed JSON body of the answer.
 fn raw_exchange(s: &Srv, bytes: &[u8]) -> (String, serde_json::Value) {

@@ -68,7 +68,9 @@ impl Drop for InFlight<'_> {
 
 /// Closes a connection that completes no request head for `limit`: one never used, one idle
 /// after its last answer, or one sending a head too slowly. It fires between `limit` and
-/// `limit` + `limit`/6 after the last request ended, never earlier.
+/// `limit` + `limit`/6 after the connection's last activity (a request handled or answer bytes
+/// written), never earlier; a head completing inside that last stretch may be dropped with the
+/// connection, as one arriving after hyper's own timer would have been.
 struct Watchdog {
     state: Arc<ConnState>,
     limit: Duration,
@@ -76,6 +78,10 @@ struct Watchdog {
     /// `activity` when last looked at, and when it was first seen at that value.
     seen: u64,
     quiet_since: Instant,
+    /// Answer bytes went out since the last look, or an answer waits for the client to read:
+    /// an answer still being written to a slow reader is activity, not a late head.
+    wrote: bool,
+    blocked: bool,
 }
 
 impl Watchdog {
@@ -96,7 +102,7 @@ impl Watchdog {
         while sleep.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
             let a = self.state.activity.load(Ordering::Relaxed);
-            if a != self.seen || a % 2 == 1 {
+            if a != self.seen || a % 2 == 1 || std::mem::take(&mut self.wrote) || self.blocked {
                 self.seen = a;
                 self.quiet_since = now;
             } else if now.duration_since(self.quiet_since) >= self.limit {
@@ -134,8 +140,15 @@ impl<S> JsonErrors<S> {
         state: Arc<ConnState>,
         header_timeout: Duration,
     ) -> JsonErrors<S> {
-        let watchdog =
-            Watchdog { state, limit: header_timeout, sleep: None, seen: 0, quiet_since: Instant::now() };
+        let watchdog = Watchdog {
+            state,
+            limit: header_timeout,
+            sleep: None,
+            seen: 0,
+            quiet_since: Instant::now(),
+            wrote: false,
+            blocked: false,
+        };
         JsonErrors { inner, opts, pending: Vec::new(), written: 0, watchdog }
     }
 }
@@ -210,6 +223,21 @@ fn rewrite(buf: &[u8], opts: &ErrorAnswers) -> Option<Vec<u8>> {
 }
 
 impl<S: AsyncWrite + Unpin> JsonErrors<S> {
+    /// hyper's bytes on their way out, its bodiless error answers replaced (see `rewrite`).
+    fn write_answer(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        ready!(self.drain(cx))?;
+        if let Some(bytes) = rewrite(buf, &self.opts) {
+            self.pending = bytes;
+            self.written = 0;
+            // hyper's bytes count as written; ours go out now or on the next flush/shutdown.
+            if let Poll::Ready(Err(e)) = self.drain(cx) {
+                return Poll::Ready(Err(e));
+            }
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
     /// Writes out replacement bytes; ready once none are left.
     fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.written < self.pending.len() {
@@ -242,17 +270,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for JsonErrors<S> {
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for JsonErrors<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        ready!(self.drain(cx))?;
-        if let Some(bytes) = rewrite(buf, &self.opts) {
-            self.pending = bytes;
-            self.written = 0;
-            // hyper's bytes count as written; ours go out now or on the next flush/shutdown.
-            if let Poll::Ready(Err(e)) = self.drain(cx) {
-                return Poll::Ready(Err(e));
+        let r = self.write_answer(cx, buf);
+        let w = &mut self.watchdog;
+        match &r {
+            Poll::Pending => w.blocked = true,
+            Poll::Ready(Ok(n)) if *n > 0 => {
+                w.blocked = false;
+                w.wrote = true;
             }
-            return Poll::Ready(Ok(buf.len()));
+            Poll::Ready(_) => {}
         }
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        r
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -224,7 +224,7 @@ fn encode_frame_body(op: &Op) -> Result<(Vec<u8>, Option<ValueSpans>), StoreErro
     thread_local! {
         static LAST_LEN: std::cell::Cell<usize> = const { std::cell::Cell::new(1024) };
     }
-    let mut f = Vec::with_capacity(LAST_LEN.get().clamp(256, 1 << 20) * 5 / 4);
+    let mut f = Vec::with_capacity(LAST_LEN.get().clamp(256, 64 << 10) * 5 / 4);
     f.resize(HEADER, 0);
     f.push(PAYLOAD_FORMAT);
     let spans = match op {
@@ -263,7 +263,13 @@ fn encode_commit(
     sync: &Option<SyncRow>,
     idem: &Option<super::IdemWrite>,
 ) -> Result<ValueSpans, StoreError> {
-    let mut s = ValueSpans::default();
+    let mut s = ValueSpans {
+        accounts: Vec::with_capacity(c.accounts.len()),
+        records: Vec::with_capacity(c.records.len()),
+        days: Vec::with_capacity(c.days.len()),
+        track: Vec::with_capacity(c.track.len()),
+        ..ValueSpans::default()
+    };
     enc(&0u32, f)?;
     s.user = enc(user, f)?;
     // Change, field by field in declaration order.

@@ -448,16 +448,12 @@ impl Source<'_> {
         v: &T,
         span: impl FnOnce(&ValueSpans) -> Option<&std::ops::Range<usize>>,
     ) -> Result<(), StoreError> {
-        match self.0.and_then(|(frame, spans)| Some((frame, span(spans)?))) {
-            Some((frame, r)) => {
-                let body = frame
-                    .get(r.clone())
-                    .ok_or_else(|| StoreError::Codec("value span outside its record".into()))?;
-                put_with(out, k, |b| {
-                    codec::encoded_into(body, b);
-                    Ok(())
-                })
-            }
+        // A span missing or outside its record (an encoder bug) costs an encoding, not a row.
+        match self.0.and_then(|(frame, spans)| frame.get(span(spans)?.clone())) {
+            Some(body) => put_with(out, k, |b| {
+                codec::encoded_into(body, b);
+                Ok(())
+            }),
             None => put(out, k, v),
         }
     }
