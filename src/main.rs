@@ -11,8 +11,7 @@ use pfm::config::{Command, Config};
 #[global_allocator]
 static ALLOC: pfm::alloc::Mimalloc = pfm::alloc::Mimalloc;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cfg = Config::parse();
     let filter = || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false);
@@ -22,6 +21,18 @@ async fn main() -> std::process::ExitCode {
     } else {
         logs.with_env_filter(filter()).init();
     }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let workers = pfm::config::worker_threads(cfg.worker_threads, cores);
+    match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build() {
+        Ok(rt) => rt.block_on(run(cfg, workers)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cfg: Config, workers: usize) -> std::process::ExitCode {
     if let Some(Command::Migrate { from, to }) = &cfg.command {
         return migrate(from, to).await;
     }
@@ -41,8 +52,8 @@ async fn main() -> std::process::ExitCode {
         }
     };
     match listener.local_addr() {
-        Ok(bound) => tracing::info!(addr = %bound, "pfm listening"),
-        Err(_) => tracing::info!(%addr, "pfm listening"),
+        Ok(bound) => tracing::info!(addr = %bound, workers, "pfm listening"),
+        Err(_) => tracing::info!(%addr, workers, "pfm listening"),
     }
     pfm::http::server::serve(app, listener, shutdown_signal()).await;
     tracing::info!("pfm stopped");

@@ -116,3 +116,22 @@ fn environment_configures_and_flags_win() {
     assert_eq!(request(p.addr, "GET", "/__ping__", None, Value::Null).0, 429);
     p.kill();
 }
+
+/// One async worker per core unless configured, by flag or variable.
+#[test]
+fn worker_threads_follow_the_cores_unless_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], usize);
+    let cases: [Case; 3] = [
+        (&[], &[], cores),
+        (&[], &[("WORKER_THREADS", "3")], 3),
+        (&["--worker-threads", "1"], &[("WORKER_THREADS", "3")], 1),
+    ];
+    for (args, env, want) in cases {
+        let mut p = spawn(dir.path(), args, env);
+        assert!(p.listening.contains(&format!("workers={want}")), "{args:?} {env:?}: {}", p.listening);
+        assert_eq!(request(p.addr, "GET", "/__ping__", None, Value::Null).0, 200);
+        p.kill();
+    }
+}

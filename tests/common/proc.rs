@@ -23,7 +23,9 @@ const START_LIMIT: Duration = Duration::from_secs(120);
 const IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// The environment variables pfm reads its configuration from: removed, so the test's own
 /// environment never configures the child; a test sets what it needs through `envs`.
-const CONFIG_ENV: [&str; 18] = [
+const CONFIG_ENV: [&str; 20] = [
+    "WORKER_THREADS",
+    "HEADER_TIMEOUT_SECS",
     "JOURNAL_SEGMENT_BYTES",
     "CHECKPOINT_INTERVAL_MS",
     "HOST",
@@ -49,6 +51,8 @@ const CONFIG_ENV: [&str; 18] = [
 pub struct Proc {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The "pfm listening" line itself.
+    pub listening: String,
     /// Its output lines after the "pfm listening" one (stderr, where the logs go, and stdout);
     /// in a mutex so that threads may share a `&Proc`.
     lines: Mutex<mpsc::Receiver<String>>,
@@ -116,7 +120,7 @@ pub fn try_spawn(dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> Result<Pro
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(line) if line.contains("pfm listening") => {
                 let addr = listening_addr(&line).unwrap_or_else(|| panic!("no address in {line:?}"));
-                return Ok(Proc { child, addr, lines: Mutex::new(rx) });
+                return Ok(Proc { child, addr, listening: line, lines: Mutex::new(rx) });
             }
             Ok(line) => {
                 log.push_str(&line);
