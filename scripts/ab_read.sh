@@ -4,6 +4,8 @@
 # -t1 -c32 pinned to core 1, as scripts/read_bench.sh. Prints req/s, the ratio to bare hyper
 # (mean of the runs before and after) and the server's CPU per request. Loopback only; every
 # run is bounded in time. Usage: scripts/ab_read.sh BASE_BIN NEW_BIN [seconds=5] [rounds=3]
+# NEW_ENV (say "WORKER_THREADS=1"): variables set for the second server only, to compare one
+# binary under two configurations.
 set -euo pipefail
 BASE=$(realpath "$1"); NEW=$(realpath "$2")
 cd "$(dirname "$0")/.."
@@ -17,7 +19,7 @@ fp() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 BP=$(fp); AP=$(fp); NP=$(fp)
 ./target/release/examples/bare_hyper $BP & BARE=$!
 JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "$BASE" --port $AP --data-dir $W/a >/dev/null 2>&1 & A=$!
-JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "$NEW" --port $NP --data-dir $W/n >/dev/null 2>&1 & N=$!
+env ${NEW_ENV:-} JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "$NEW" --port $NP --data-dir $W/n >/dev/null 2>&1 & N=$!
 trap 'kill $BARE $A $N 2>/dev/null; wait $BARE $A $N 2>/dev/null; rm -rf "$W"' EXIT
 for p in $BP $AP $NP; do for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$p/__ping__" && break; sleep 0.1; done; done
 TOKEN=$(python3 scripts/pfm_bench.py token "$SECRET" load)
