@@ -48,16 +48,20 @@ fn bad_token_twice_triggers_backoff_with_retry_after() {
     assert_eq!(s.raw("POST", "/deposit", &h, Body::None).status, 401);
 }
 
-#[test]
-fn token_minted_elsewhere_is_accepted() {
-    let s = Srv::start();
-    let claims = json!({"user_id": "u1", "role": "user", "iat": common::T0});
-    let tok = jsonwebtoken::encode(
+/// An HS256 token with `claims`, signed with the servers' secret outside pfm.
+fn mint(claims: serde_json::Value) -> String {
+    jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
         &claims,
         &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn token_minted_elsewhere_is_accepted() {
+    let s = Srv::start();
+    let tok = mint(json!({"user_id": "u1", "role": "user", "iat": common::T0}));
     // Authenticated but no tree: 404 from the endpoint, not 401 from the filter.
     s.get(&tok, "/get_balance", "uuid=x").fails(404, "User not found or unauthorized access");
 }
@@ -263,15 +267,7 @@ fn a_kept_alive_connection_authenticates_every_request_as_before() {
     let (st, _, _) = c.get(&tok_w, &bal(&main_u));
     assert_eq!(st, 403);
     // A second token of u (another iat) on a second connection spends the same budget.
-    let mut claims = serde_json::Map::new();
-    claims.insert("user_id".into(), json!("u"));
-    claims.insert("iat".into(), json!(12345));
-    let tok_u2 = jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &claims,
-        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap();
+    let tok_u2 = mint(json!({"user_id": "u", "iat": 12345}));
     let mut c2 = KeepAlive::open(&s);
     let (st, rl, _) = c2.get(&tok_u2, &bal(&main_u));
     assert_eq!((st, rl), (200, "\"default\";r=2;t=100".to_string()));
@@ -297,15 +293,7 @@ fn a_remembered_token_expires_on_its_connection() {
     let s = Srv::start();
     let (_, main) = s.user("u", "10");
     let now = common::T0;
-    let mut claims = serde_json::Map::new();
-    claims.insert("user_id".into(), json!("u"));
-    claims.insert("exp".into(), json!(now + 60));
-    let tok = jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &claims,
-        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap();
+    let tok = mint(json!({"user_id": "u", "exp": now + 60}));
     let mut c = KeepAlive::open(&s);
     let target = format!("/get_balance?uuid={main}");
     assert_eq!(c.get(&tok, &target).0, 200);

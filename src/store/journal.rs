@@ -263,69 +263,63 @@ fn encode_commit(
     sync: &Option<SyncRow>,
     idem: &Option<super::IdemWrite>,
 ) -> Result<ValueSpans, StoreError> {
-    let mut s = ValueSpans {
-        accounts: Vec::with_capacity(c.accounts.len()),
-        records: Vec::with_capacity(c.records.len()),
-        days: Vec::with_capacity(c.days.len()),
-        track: Vec::with_capacity(c.track.len()),
-        ..ValueSpans::default()
-    };
+    let mut s = ValueSpans::default();
     enc(&0u32, f)?;
     s.user = enc(user, f)?;
     // Change, field by field in declaration order.
     enc(&(c.accounts.len() as u64), f)?;
-    for a in &c.accounts {
-        s.accounts.push(enc(&**a, f)?);
-    }
+    s.accounts = c.accounts.iter().map(|a| enc(&**a, f)).collect::<Result<_, _>>()?;
     enc(&c.removed, f)?;
-    enc(&(c.records.len() as u64), f)?;
-    for (acc, seq, rec) in &c.records {
-        enc(acc, f)?;
-        enc(seq, f)?;
-        s.records.push(enc(rec, f)?);
-    }
-    enc(&(c.days.len() as u64), f)?;
-    for (acc, day, sums) in &c.days {
-        enc(acc, f)?;
-        enc(day, f)?;
-        s.days.push(enc(sums, f)?);
-    }
-    enc(&(c.track.len() as u64), f)?;
-    for (acc, day, row) in &c.track {
-        enc(acc, f)?;
-        enc(day, f)?;
-        s.track.push(enc(row, f)?);
-    }
+    s.records = enc_rows(&c.records, f)?;
+    s.days = enc_rows(&c.days, f)?;
+    s.track = enc_rows(&c.track, f)?;
     enc(&c.ledger, f)?;
     enc(&c.main_txids, f)?;
-    match sync {
-        None => {
-            enc(&0u8, f)?;
-        }
-        Some(row) => {
-            enc(&1u8, f)?;
-            s.sync = Some(enc(row, f)?);
-        }
-    }
+    s.sync = enc_option(sync, f)?;
     match idem {
         None => {
             enc(&0u8, f)?;
         }
         Some(w) => {
             enc(&1u8, f)?;
-            match &w.put {
-                None => {
-                    enc(&0u8, f)?;
-                }
-                Some(rec) => {
-                    enc(&1u8, f)?;
-                    s.idem_put = Some(enc(rec, f)?);
-                }
-            }
+            s.idem_put = enc_option(&w.put, f)?;
             enc(&w.remove, f)?;
         }
     }
     Ok(s)
+}
+
+/// A sequence of (account, position, value) rows: its length, then each row; returns where
+/// each value lies.
+fn enc_rows<P: serde::Serialize, V: serde::Serialize>(
+    rows: &[(AccountId, P, V)],
+    f: &mut Vec<u8>,
+) -> Result<Vec<std::ops::Range<usize>>, StoreError> {
+    enc(&(rows.len() as u64), f)?;
+    rows.iter()
+        .map(|(acc, pos, v)| {
+            enc(acc, f)?;
+            enc(pos, f)?;
+            enc(v, f)
+        })
+        .collect()
+}
+
+/// An option: a 0 or 1 byte, then the value; returns where the value lies.
+fn enc_option<T: serde::Serialize>(
+    v: &Option<T>,
+    f: &mut Vec<u8>,
+) -> Result<Option<std::ops::Range<usize>>, StoreError> {
+    match v {
+        None => {
+            enc(&0u8, f)?;
+            Ok(None)
+        }
+        Some(x) => {
+            enc(&1u8, f)?;
+            enc(x, f).map(Some)
+        }
+    }
 }
 
 /// Stamps the sequence number and the header checksum into a frame body.
