@@ -150,11 +150,12 @@ pub fn parse_uuid(s: &str) -> Option<AccountId> {
     if rest.len() != 36 {
         return None;
     }
-    let u = uuid::Uuid::try_parse(rest).ok()?;
-    // Only the canonical lowercase form names an account (compared without allocating: every
-    // request naming an account comes through here).
-    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    (u.hyphenated().encode_lower(&mut buf) == rest).then(|| u.as_u128())
+    // Only the canonical form names an account: at 36 characters uuid parses nothing but the
+    // hyphenated form, so canonical means lowercase.
+    if rest.bytes().any(|c| c.is_ascii_uppercase()) {
+        return None;
+    }
+    uuid::Uuid::try_parse(rest).ok().map(|u| u.as_u128())
 }
 
 impl Tree {
@@ -407,6 +408,8 @@ mod tests {
         for other in [
             "acc01234567-89AB-cdef-0123-456789abcdef",
             "acc0123456789abcdef0123456789abcdef",
+            "acc0123456789ab-cdef-0123-4567-89abcdef",
+            "acc01234567+89ab-cdef-0123-456789abcdef",
             "acc{01234567-89ab-cdef-0123-456789abcdef}",
             "01234567-89ab-cdef-0123-456789abcdef",
             "acc01234567-89ab-cdef-0123-456789abcdeg",

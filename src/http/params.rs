@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use serde::de::{Deserializer as _, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -40,21 +41,21 @@ enum Body {
     None,
     /// Name, value, and for a number (or a one-element array holding one) its literal text.
     Json(Vec<(String, Value, Option<String>)>),
-    Form(Vec<(String, String)>),
+    Form(Pairs),
 }
 
 #[derive(Debug, Default)]
 pub struct Params {
-    query: Vec<(String, String)>,
+    query: Pairs,
     body: Body,
 }
 
 /// Percent-decoding for query and form values: `+` is a space, invalid escapes stay literal,
-/// invalid UTF-8 becomes U+FFFD.
-pub fn percent_decode(s: &str) -> String {
+/// invalid UTF-8 becomes U+FFFD. Text without `%` or `+` is returned as it is.
+pub fn percent_decode(s: &str) -> Cow<'_, str> {
     let b = s.as_bytes();
     if !b.iter().any(|c| *c == b'%' || *c == b'+') {
-        return s.to_string();
+        return Cow::Borrowed(s);
     }
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -75,20 +76,55 @@ pub fn percent_decode(s: &str) -> String {
         }
         i += 1;
     }
-    match String::from_utf8(out) {
+    Cow::Owned(match String::from_utf8(out) {
         Ok(s) => s,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    }
+    })
 }
 
-fn parse_pairs(s: &str) -> Vec<(String, String)> {
-    s.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(p), String::new()),
-        })
-        .collect()
+/// The decoded `name=value` pairs of a query string or form body, in order. Every name and
+/// value lies in one buffer, so a request's pairs cost two allocations however many there are
+/// (a query of one pair cost three before, and most requests have one or two).
+#[derive(Debug, Default)]
+struct Pairs {
+    text: String,
+    spans: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl Pairs {
+    fn parse(s: &str) -> Pairs {
+        let b = s.as_bytes();
+        let mut spans = Vec::new();
+        if memchr::memchr2(b'%', b'+', b).is_none() {
+            // Nothing to decode (the usual case): the pairs are ranges of the text itself.
+            let mut start = 0;
+            for end in memchr::memchr_iter(b'&', b).chain(std::iter::once(b.len())) {
+                if end > start {
+                    let eq = memchr::memchr(b'=', &b[start..end]).map_or(end, |i| start + i);
+                    spans.push((start..eq, (eq + 1).min(end)..end));
+                }
+                start = end + 1;
+            }
+            return Pairs { text: s.to_owned(), spans };
+        }
+        let mut text = String::with_capacity(s.len());
+        let mut push = |part: &str| {
+            let start = text.len();
+            text.push_str(&percent_decode(part));
+            start..text.len()
+        };
+        for p in s.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            spans.push((push(k), push(v)));
+        }
+        Pairs { text, spans }
+    }
+
+    /// The value of the first pair named `name`.
+    fn get(&self, name: &str) -> Option<&str> {
+        let at = |r: &Range<usize>| self.text.get(r.clone()).unwrap_or("");
+        self.spans.iter().find(|(k, _)| at(k) == name).map(|(_, v)| at(v))
+    }
 }
 
 /// Visits a JSON object keeping the first occurrence of each key.
@@ -159,7 +195,7 @@ fn json_pval<'a>(v: &'a Value, lit: Option<&'a str>) -> PVal<'a> {
 impl Params {
     /// Builds the parameters; `Err` is the 400 `Invalid request body`.
     pub fn parse(query: Option<&str>, content_type: Option<&str>, body: &[u8]) -> Result<Params, ApiError> {
-        let query = query.map(parse_pairs).unwrap_or_default();
+        let query = query.map(Pairs::parse).unwrap_or_default();
         let mut p = Params { query, body: Body::None };
         if body.iter().all(|c| c.is_ascii_whitespace()) {
             return Ok(p);
@@ -174,7 +210,7 @@ impl Params {
         p.body = if is_json {
             Body::Json(parse_json_object(body).ok_or_else(|| ApiError::bad("Invalid request body"))?)
         } else {
-            Body::Form(parse_pairs(&String::from_utf8_lossy(body)))
+            Body::Form(Pairs::parse(&String::from_utf8_lossy(body)))
         };
         Ok(p)
     }
@@ -187,14 +223,12 @@ impl Params {
                 PVal::Str(Cow::Borrowed(s))
             }
         }
-        if let Some((_, v)) = self.query.iter().find(|(k, _)| k == name) {
+        if let Some(v) = self.query.get(name) {
             return text(v);
         }
         match &self.body {
             Body::None => PVal::Missing,
-            Body::Form(pairs) => {
-                pairs.iter().find(|(k, _)| k == name).map_or(PVal::Missing, |(_, v)| text(v))
-            }
+            Body::Form(pairs) => pairs.get(name).map_or(PVal::Missing, text),
             Body::Json(m) => m
                 .iter()
                 .find(|(k, _, _)| k == name)
@@ -264,6 +298,45 @@ mod tests {
         assert_eq!(percent_decode("%zz%"), "%zz%");
         assert_eq!(percent_decode("%4"), "%4");
         assert_eq!(percent_decode("%ff"), "\u{fffd}");
+    }
+
+    /// Pairs hold exactly what decoding each name and value on its own gives, in order, and a
+    /// lookup finds the first pair of a name; strings drawn from the characters that matter.
+    #[test]
+    fn pairs_match_decoding_each_part() {
+        const ALPHABET: [&str; 14] =
+            ["a", "b", "=", "&", "%", "+", "2", "0", "f", "F", "z", "é", "%ff", "%e2%82"];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..5000 {
+            let len = (next() % 16) as usize;
+            let s: String = (0..len).map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize]).collect();
+            let want: Vec<(String, String)> = s
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| match p.split_once('=') {
+                    Some((k, v)) => (percent_decode(k).into_owned(), percent_decode(v).into_owned()),
+                    None => (percent_decode(p).into_owned(), String::new()),
+                })
+                .collect();
+            let got = Pairs::parse(&s);
+            let got_list: Vec<(String, String)> = got
+                .spans
+                .iter()
+                .map(|(k, v)| (got.text[k.clone()].to_string(), got.text[v.clone()].to_string()))
+                .collect();
+            assert_eq!(got_list, want, "{s:?}");
+            for (k, _) in &want {
+                let first = want.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+                assert_eq!(got.get(k), first, "{s:?} {k:?}");
+            }
+            assert_eq!(got.get("never"), None);
+        }
     }
 
     #[test]
