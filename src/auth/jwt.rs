@@ -96,14 +96,15 @@ impl Jwt {
 
     /// A token whose signature and claim shapes are valid, from the cache or checked now.
     fn verified(&self, token: &str) -> Option<Verified> {
-        let v = match self.cache.with(token, |e| e.clone()) {
+        let h = self.cache.hash_of(token);
+        let v = match self.cache.with_hashed(h, |e| e.clone()) {
             Some(v) => v,
             None => {
                 let v = self.decode(token)?;
                 // Only small identities are remembered, so the cache is bounded in bytes too; a
                 // token with a huge claim is simply verified again each time.
                 if v.identity.user_id.len() + v.identity.role.len() <= MAX_CACHED_IDENTITY_BYTES {
-                    self.cache.with(token, |e| *e = Some(v.clone()));
+                    self.cache.with_hashed(h, |e| *e = Some(v.clone()));
                 }
                 v
             }

@@ -13,23 +13,25 @@ const SHARDS: usize = 64;
 /// Keys a table remembers by default (SPEC 4.4-4.6 state; see [`KeyTable`]).
 pub const DEFAULT_TRACKED_KEYS: usize = 131_072;
 
-/// The keyed hash under which tables remember a key. Two independent SipHash keys give 128 bits,
-/// so distinct keys colliding is out of reach even for a client choosing its keys.
+/// The keyed hash under which tables remember a key: SipHash-1-3 with 128-bit output, a keyed
+/// pseudo-random function, so distinct keys colliding is out of reach even for a client
+/// choosing its keys (the token cache depends on it). One pass over the key; this was two
+/// 64-bit SipHashes, and a deposit whose connection's last token was another user's paid
+/// about 1k instructions for hashing it.
 #[derive(Clone)]
-pub struct KeyHasher {
-    a: RandomState,
-    b: RandomState,
-}
+pub struct KeyHasher(siphasher::sip128::SipHasher13);
 
 impl Default for KeyHasher {
     fn default() -> Self {
-        KeyHasher { a: RandomState::new(), b: RandomState::new() }
+        // std's RandomState is seeded from the OS once per process; two of them give the key.
+        let k = || RandomState::new().hash_one(0u64);
+        KeyHasher(siphasher::sip128::SipHasher13::new_with_keys(k(), k()))
     }
 }
 
 impl KeyHasher {
     pub fn hash(&self, key: &str) -> u128 {
-        (u128::from(self.a.hash_one(key)) << 64) | u128::from(self.b.hash_one(key))
+        self.0.hash(key.as_bytes()).into()
     }
 }
 
@@ -304,6 +306,21 @@ fn waiting(remaining: f64) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_hash_alike_in_one_hasher_apart_across_keys_and_hashers() {
+        let (a, b) = (KeyHasher::default(), KeyHasher::default());
+        assert_eq!(a.hash("token-1"), a.clone().hash("token-1"));
+        assert_ne!(a.hash("token-1"), a.hash("token-2"));
+        assert_ne!(a.hash(""), a.hash("\0"));
+        // Each hasher is keyed afresh, so a key's hash says nothing about another table's.
+        assert_ne!(a.hash("token-1"), b.hash("token-1"));
+        // Both halves carry the key: shards use the high one, the maps the low one.
+        let hs: std::collections::HashSet<u64> =
+            (0..1000).map(|i| (a.hash(&i.to_string()) >> 64) as u64).collect();
+        let ls: std::collections::HashSet<u64> = (0..1000).map(|i| a.hash(&i.to_string()) as u64).collect();
+        assert_eq!((hs.len(), ls.len()), (1000, 1000));
+    }
 
     #[test]
     fn fixed_window_example() {

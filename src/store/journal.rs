@@ -164,7 +164,7 @@ struct Shared {
     processed: AtomicU64,
     caught_up: tokio::sync::Notify,
     /// Main-account transaction ids of operations queued but not applied yet, per user.
-    pending_txids: Mutex<HashMap<u64, HashMap<String, u32>>>,
+    pending_txids: Mutex<PendingTxids>,
     /// Closed journal segments: (first sequence number, path), oldest first.
     segments: Mutex<Vec<(u64, PathBuf)>>,
     /// Set when the journal could not cut a failed append off: its tail is unknown, so it
@@ -497,7 +497,7 @@ impl JournalStore {
             handled: AtomicU64::new(last_seq),
             processed: AtomicU64::new(last_seq),
             caught_up: tokio::sync::Notify::new(),
-            pending_txids: Mutex::new(HashMap::new()),
+            pending_txids: Mutex::new(PendingTxids::default()),
             segments: Mutex::new(vec![(next_seq, seg.clone())]),
             broken: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
@@ -1102,6 +1102,11 @@ fn reopen(shared: &Shared) {
         Err(e) => tracing::warn!(error = %e, "storage cannot be reopened yet"),
     }
 }
+
+/// Per user number, the main-account ids still queued and how many times. Hashed with seeded
+/// foldhash (every deposit inserts and removes here; SipHash was 3 % of its instructions): a
+/// client can only grow its own user's map, and only by writes still in flight.
+type PendingTxids = HashMap<u64, HashMap<String, u32, foldhash::fast::RandomState>, foldhash::fast::RandomState>;
 
 fn forget_txids<'a>(shared: &Shared, ops: impl Iterator<Item = &'a Op>) {
     let mut map = shared.pending_txids.lock();
