@@ -1106,7 +1106,8 @@ fn reopen(shared: &Shared) {
 /// Per user number, the main-account ids still queued and how many times. Hashed with seeded
 /// foldhash (every deposit inserts and removes here; SipHash was 3 % of its instructions): a
 /// client can only grow its own user's map, and only by writes still in flight.
-type PendingTxids = HashMap<u64, HashMap<String, u32, foldhash::fast::RandomState>, foldhash::fast::RandomState>;
+type PendingTxids =
+    HashMap<u64, HashMap<String, u32, foldhash::fast::RandomState>, foldhash::fast::RandomState>;
 
 fn forget_txids<'a>(shared: &Shared, ops: impl Iterator<Item = &'a Op>) {
     let mut map = shared.pending_txids.lock();

@@ -25,7 +25,8 @@ use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{AccountId, Tree};
 
 use super::{
-    IdemRecord, IdemWrite, Loaded, Op, SharedStore, Store, StoreError, SyncRow, UserRecord, Version, WriteTxn,
+    BoxFuture, IdemRecord, IdemWrite, Loaded, Op, SharedStore, Store, StoreError, SyncRow, UserRecord,
+    Version, WriteTxn,
 };
 
 /// Per-user lock wait limit (13.2 item 7).
@@ -540,15 +541,14 @@ impl WriteGuard<'_> {
         let durable = users.store.commit(op, basis);
         *slot.pending.lock() = Some(next.clone());
         drop(lock);
-        // The wait and the publish run in a task of their own: if the client goes away and the
-        // request's future is dropped, a write that becomes durable is still published and
-        // still counted out of `in_flight`.
-        let task = tokio::spawn(async move {
-            let res = durable.await;
-            settle(&slot, gen, basis, next, &res);
-            res
-        });
-        task.await.unwrap_or_else(|e| Err(StoreError::Engine(format!("commit task failed: {e}"))))
+        let mut wait = Settle { durable: Some(durable), slot, gen, basis, next };
+        let res = match wait.durable.as_mut() {
+            Some(d) => d.await,
+            None => Err(StoreError::Engine("commit already settled".into())),
+        };
+        wait.durable = None;
+        settle(&wait.slot, gen, basis, wait.next.take(), &res);
+        res
     }
 
     /// A user number never used before (for [`WriteGuard::create`]); on a shared engine, taken
@@ -586,6 +586,38 @@ impl WriteGuard<'_> {
 
 /// Publishes a durable write, or drops the states a failed one built on (see the module
 /// comment), then counts it out of `in_flight`.
+/// A pipelined write waiting for durability. The request's own task waits and publishes; if that
+/// future is dropped first (the client went away), the wait moves to a task of its own, so a
+/// write that becomes durable is still published and still counted out of `in_flight`. (Every
+/// write spawned that task before: a task and a wake-up more per write.)
+struct Settle {
+    durable: Option<BoxFuture<'static, Result<(), StoreError>>>,
+    slot: Arc<Slot>,
+    gen: u64,
+    basis: u64,
+    next: Option<Arc<UserState>>,
+}
+
+impl Drop for Settle {
+    fn drop(&mut self) {
+        let Some(durable) = self.durable.take() else { return };
+        let (slot, gen, basis, next) = (self.slot.clone(), self.gen, self.basis, self.next.take());
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    let res = durable.await;
+                    settle(&slot, gen, basis, next, &res);
+                });
+            }
+            // No runtime left to wait on (the process is stopping): the outcome is unknown, so
+            // the user's state is forgotten and reloaded from storage by whoever comes next.
+            Err(_) => {
+                settle(&slot, gen, basis, next, &Err(StoreError::Engine("stopped while waiting".into())))
+            }
+        }
+    }
+}
+
 fn settle(slot: &Slot, gen: u64, basis: u64, next: Option<Arc<UserState>>, res: &Result<(), StoreError>) {
     {
         let mut st = slot.state.write();
