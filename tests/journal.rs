@@ -275,3 +275,62 @@ fn zero_filled_segments_keep_acknowledged_writes_and_tell_torn_from_damaged() {
     assert_eq!(request(addr, "POST", "/deposit", Some(&tok), body).0, 200);
     p.kill();
 }
+
+fn journal_files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Checkpoints delete the segments they cover (renamed, cut down, removed, while writes go on);
+/// a deletion a crash cut short leaves a file start-up deletes, and nothing is lost.
+#[test]
+fn checkpoints_delete_covered_segments_and_start_up_finishes_a_deletion_cut_short() {
+    const SEG: u64 = 65536;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let seg_arg = SEG.to_string();
+    let args = [
+        "--jwt-secret",
+        SECRET,
+        "--token-endpoint-enabled",
+        "--journal-segment-bytes",
+        &seg_arg,
+        "--checkpoint-interval-ms",
+        "50",
+    ];
+    let mut p = proc::try_spawn(&data, &args, &[]).unwrap();
+    let (tok, main) = write_some(p.addr, 0);
+    let n = 400;
+    for i in 0..n {
+        let body = json!({"uuid": main, "amount": 2, "channel": "c".repeat(256), "transaction_number": format!("T{i}")});
+        assert_eq!(request(p.addr, "POST", "/deposit", Some(&tok), body).0, 200);
+    }
+    // About 250 KB of records went through 64 KB segments; the checkpoints delete all but the
+    // last one or two.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (wal, dropping) = (journal_files(&data, "wal"), journal_files(&data, "dropping"));
+        if wal.len() <= 2 && dropping.is_empty() {
+            assert!(!wal[0].ends_with("00000000000000000001.wal"), "no segment was deleted: {wal:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "covered segments stay: {wal:?} {dropping:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    p.kill();
+    // A deletion cut short: a covered segment renamed and partly cut down.
+    let left = data.join("journal").join("00000000000000000002.dropping");
+    std::fs::write(&left, vec![0xA5u8; 12345]).unwrap();
+    let mut p = proc::try_spawn(&data, &args, &[]).expect("starts with a deletion cut short");
+    assert!(!left.exists(), "start-up deletes what a deletion left");
+    let (st, v) = request(p.addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
+    assert_eq!((st, v["balance"].to_string()), (200, (1 + 2 * n).to_string()), "{v}");
+    let (_, v) = request(p.addr, "GET", &format!("/get_transactions?uuid={main}"), Some(&tok), Value::Null);
+    assert_eq!(v["transaction_count"], json!(n));
+    p.kill();
+}
