@@ -13,7 +13,8 @@ BARE_PORT=18001
 PFM_PORT=18002
 ./target/release/examples/bare_hyper $BARE_PORT & BARE=$!
 JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn ./target/release/pfm --port $PFM_PORT --data-dir "$DATA" & PFM=$!
-trap 'kill $BARE $PFM 2>/dev/null; rm -rf "$DATA"' EXIT
+# The data directory goes once pfm has stopped (it flushes on SIGTERM).
+trap 'kill $BARE $PFM 2>/dev/null; wait $BARE $PFM 2>/dev/null; rm -rf "$DATA"' EXIT
 sleep 1
 TOKEN=$(python3 scripts/pfm_bench.py token "$SECRET" load)
 B=http://127.0.0.1:$PFM_PORT

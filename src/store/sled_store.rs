@@ -3,6 +3,7 @@
 //! from, are one atomic `apply_batch`. Key layout and encoding (`codec`) stay inside.
 
 use std::collections::HashMap;
+use std::fs::OpenOptions;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -36,6 +37,27 @@ fn close_run(run: Option<Run<'_>>, out: &mut Vec<Row>) -> Result<(), StoreError>
 pub struct SledStore {
     db: sled::Db,
     id_secret: [u64; 2],
+}
+
+/// Why sled 0.34 could not lock its file: it reports every failure alike ("could not acquire
+/// lock"), so the lock is tried again here to tell a holder elsewhere from another cause.
+fn lock_failure(path: &Path, e: &std::io::Error) -> StoreError {
+    let file = path.join("db");
+    let probe = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&file)
+        .and_then(|f| fs2::FileExt::try_lock_exclusive(&f));
+    StoreError::Engine(match probe {
+        Err(p) if p.kind() == std::io::ErrorKind::WouldBlock => {
+            format!("{} is in use by another process: {e}", path.display())
+        }
+        Err(p) => format!("cannot lock {}: {p}", file.display()),
+        // Free again by now (the probe's lock goes with its file handle).
+        Ok(()) => {
+            format!("could not lock {} ({e}); it is free now, so starting again may work", file.display())
+        }
+    })
 }
 
 /// Storage that cannot be opened or lost writes it once held: refuse to start, naming its files.
@@ -79,10 +101,7 @@ impl SledStore {
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     || e.to_string().contains("could not acquire lock") =>
             {
-                return Err(StoreError::Engine(format!(
-                    "{} is in use by another process: {e}",
-                    path.display()
-                )))
+                return Err(lock_failure(&path, &e))
             }
             Ok(Err(e)) => return Err(damaged(&path, &e.to_string())),
             Err(_) => return Err(damaged(&path, "sled panicked while opening it")),
@@ -592,6 +611,22 @@ fn change_rows(
 mod tests {
     use super::*;
     use crate::store::overlay::Overlay;
+
+    /// A lock held elsewhere reads "in use"; any other failure says what it was.
+    #[test]
+    fn a_lock_failure_says_whether_the_database_is_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let sled_err = std::io::Error::other("could not acquire lock");
+        let store = SledStore::open(dir.path()).unwrap();
+        let held = lock_failure(&dir.path().join("db"), &sled_err).to_string();
+        assert!(held.contains("is in use by another process"), "{held}");
+        assert!(SledStore::open(dir.path()).err().unwrap().to_string().contains("in use"));
+        drop(store);
+        let free = lock_failure(&dir.path().join("db"), &sled_err).to_string();
+        assert!(free.contains("it is free now"), "{free}");
+        let missing = lock_failure(&dir.path().join("nowhere"), &sled_err).to_string();
+        assert!(missing.contains("cannot lock") && !missing.contains("in use"), "{missing}");
+    }
 
     fn rec(n: u64) -> TxRecord {
         TxRecord {
