@@ -584,8 +584,6 @@ impl WriteGuard<'_> {
     }
 }
 
-/// Publishes a durable write, or drops the states a failed one built on (see the module
-/// comment), then counts it out of `in_flight`.
 /// A pipelined write waiting for durability. The request's own task waits and publishes; if that
 /// future is dropped first (the client went away), the wait moves to a task of its own, so a
 /// write that becomes durable is still published and still counted out of `in_flight`. (Every
@@ -618,6 +616,8 @@ impl Drop for Settle {
     }
 }
 
+/// Publishes a durable write, or drops the states a failed one built on (see the module
+/// comment), then counts it out of `in_flight`.
 fn settle(slot: &Slot, gen: u64, basis: u64, next: Option<Arc<UserState>>, res: &Result<(), StoreError>) {
     {
         let mut st = slot.state.write();
