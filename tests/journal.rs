@@ -40,14 +40,27 @@ fn write_some(addr: SocketAddr, n: usize) -> (String, String) {
     (tok, main)
 }
 
+/// The journal's files named `*.<ext>`, in name order.
 fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("journal"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
-        .collect();
-    v.sort();
-    v
+    journal_files(dir, "wal")
+}
+
+/// Segments of 64 KB, so a few hundred writes fill several.
+const SMALL_SEGMENT: u64 = 65536;
+
+/// The binary on `data` with 64 KB segments and a checkpoint every `checkpoint_ms`.
+fn spawn_small_segments(data: &Path, checkpoint_ms: &str) -> Result<Proc, String> {
+    let seg = SMALL_SEGMENT.to_string();
+    let args = [
+        "--jwt-secret",
+        SECRET,
+        "--token-endpoint-enabled",
+        "--journal-segment-bytes",
+        &seg,
+        "--checkpoint-interval-ms",
+        checkpoint_ms,
+    ];
+    proc::try_spawn(data, &args, &[]).map_err(|e| format!("{e:?}"))
 }
 
 /// The last non-empty journal segment after a kill -9.
@@ -202,21 +215,12 @@ fn frames(bytes: &[u8]) -> Vec<(usize, usize)> {
 /// record still refuses to start, naming the file and offset.
 #[test]
 fn zero_filled_segments_keep_acknowledged_writes_and_tell_torn_from_damaged() {
-    const SEG: u64 = 65536;
+    const SEG: u64 = SMALL_SEGMENT;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d");
-    let seg_arg = SEG.to_string();
     // No checkpoint deletes a segment during the test.
-    let args = [
-        "--jwt-secret",
-        SECRET,
-        "--token-endpoint-enabled",
-        "--journal-segment-bytes",
-        &seg_arg,
-        "--checkpoint-interval-ms",
-        "3600000",
-    ];
-    let mut p = proc::try_spawn(&data, &args, &[]).unwrap();
+    let spawn = |data: &Path| spawn_small_segments(data, "3600000");
+    let mut p = spawn(&data).unwrap();
     let (tok, main) = write_some(p.addr, 0);
     // Records of about 800 bytes, so that each spans a sector boundary.
     let n = 300;
@@ -245,9 +249,9 @@ fn zero_filled_segments_keep_acknowledged_writes_and_tell_torn_from_damaged() {
     let mut b = bytes.clone();
     b[last_off + last_len / 2] ^= 0x08;
     std::fs::write(&flipped, &b).unwrap();
-    let err = match proc::try_spawn(&copy, &args, &[]) {
+    let err = match spawn(&copy) {
         Ok(_) => panic!("started with a damaged acknowledged record"),
-        Err(e) => format!("{e:?}"),
+        Err(e) => e,
     };
     let name = seg.file_name().unwrap().to_string_lossy().to_string();
     assert!(err.contains(&name) && err.contains(&format!("offset {last_off}")), "{err}");
@@ -264,7 +268,7 @@ fn zero_filled_segments_keep_acknowledged_writes_and_tell_torn_from_damaged() {
     let mut b = bytes.clone();
     b[written..boundary].copy_from_slice(&next[..boundary - written]);
     std::fs::write(&seg, &b).unwrap();
-    let mut p = proc::try_spawn(&data, &args, &[]).expect("starts after a torn tail");
+    let mut p = spawn(&data).expect("starts after a torn tail");
     let addr = p.addr;
     let (st, v) = request(addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!((st, v["balance"].to_string()), (200, (1 + 2 * n).to_string()), "{v}");
@@ -290,20 +294,9 @@ fn journal_files(dir: &Path, ext: &str) -> Vec<PathBuf> {
 /// a deletion a crash cut short leaves a file start-up deletes, and nothing is lost.
 #[test]
 fn checkpoints_delete_covered_segments_and_start_up_finishes_a_deletion_cut_short() {
-    const SEG: u64 = 65536;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d");
-    let seg_arg = SEG.to_string();
-    let args = [
-        "--jwt-secret",
-        SECRET,
-        "--token-endpoint-enabled",
-        "--journal-segment-bytes",
-        &seg_arg,
-        "--checkpoint-interval-ms",
-        "50",
-    ];
-    let mut p = proc::try_spawn(&data, &args, &[]).unwrap();
+    let mut p = spawn_small_segments(&data, "50").unwrap();
     let (tok, main) = write_some(p.addr, 0);
     let n = 400;
     for i in 0..n {
@@ -326,7 +319,7 @@ fn checkpoints_delete_covered_segments_and_start_up_finishes_a_deletion_cut_shor
     // A deletion cut short: a covered segment renamed and partly cut down.
     let left = data.join("journal").join("00000000000000000002.dropping");
     std::fs::write(&left, vec![0xA5u8; 12345]).unwrap();
-    let mut p = proc::try_spawn(&data, &args, &[]).expect("starts with a deletion cut short");
+    let mut p = spawn_small_segments(&data, "50").expect("starts with a deletion cut short");
     assert!(!left.exists(), "start-up deletes what a deletion left");
     let (st, v) = request(p.addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
     assert_eq!((st, v["balance"].to_string()), (200, (1 + 2 * n).to_string()), "{v}");
