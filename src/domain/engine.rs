@@ -45,6 +45,13 @@ pub const CH_UP: &str = "Returned Extra Allocation-up";
 pub const CH_DOWN: &str = "Returned Extra Allocation-down";
 pub const CH_TRANSFER: &str = "Internal Transfer";
 
+/// Whether `hay` contains `needle`, ASCII case ignored (a deposit's split credits test their
+/// channel this way, so without building a lowercase copy).
+fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+    needle.is_empty()
+        || hay.as_bytes().windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
 /// `SYS` + 10 uppercase hex characters, random (10.2).
 pub fn generate_id() -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -222,7 +229,7 @@ impl<'a> Ctx<'a> {
                 sums.dep_user = amt;
             }
             if by == "User"
-                || (by == "System" && channel.to_ascii_lowercase().contains("returned extra allocation-up"))
+                || (by == "System" && contains_ignore_case(channel, "returned extra allocation-up"))
             {
                 sums.dep_alloc = amt;
             }
@@ -591,6 +598,24 @@ pub fn largest_remainder(amount: i64, weights: &[i64]) -> Option<Vec<i64>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn contains_ignore_case_matches_as_lowercasing_both_would() {
+        for (hay, needle) in [
+            ("Returned Extra Allocation-up", "returned extra allocation-up"),
+            ("x RETURNED EXTRA ALLOCATION-UP y", "returned extra allocation-up"),
+            ("Returned Extra Allocation-down", "returned extra allocation-up"),
+            ("short", "returned extra allocation-up"),
+            ("", ""),
+            ("Ünïcode Returned extra allocation-UP", "returned extra allocation-up"),
+        ] {
+            assert_eq!(
+                super::contains_ignore_case(hay, needle),
+                hay.to_ascii_lowercase().contains(needle),
+                "{hay:?} {needle:?}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

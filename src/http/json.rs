@@ -19,21 +19,33 @@ fn may_need_escape(x: u64) -> bool {
     (below(x, 0x20) | zero(x ^ (ONES * u64::from(b'"'))) | zero(x ^ (ONES * u64::from(b'\\')))) != 0
 }
 
-pub fn escape_into(out: &mut String, s: &str) {
-    out.push('"');
-    // Most text needs no escaping: copy the plain stretches whole.
-    let bytes = s.as_bytes();
-    // Eight bytes at a time up to the first that may need escaping (ids, names and dates
-    // usually have none).
-    let mut skip = 0;
-    for c in bytes.chunks_exact(8) {
-        match <[u8; 8]>::try_from(c) {
-            Ok(a) if !may_need_escape(u64::from_le_bytes(a)) => skip += 8,
-            _ => break,
-        }
+/// Whether some byte of `b` needs escaping, eight bytes at a time (the last word padded).
+fn needs_escape(b: &[u8]) -> bool {
+    let mut words = b.chunks_exact(8);
+    let mut found = false;
+    for c in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        found |= may_need_escape(u64::from_le_bytes(w));
     }
+    let rest = words.remainder();
+    let mut w = [b' '; 8];
+    w[..rest.len()].copy_from_slice(rest);
+    found || may_need_escape(u64::from_le_bytes(w))
+}
+
+pub fn escape_into(out: &mut String, s: &str) {
+    // Most text (keys, ids, names, dates) needs no escaping: copied whole, in one reservation.
+    if !needs_escape(s.as_bytes()) {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    out.push('"');
     let mut plain = 0;
-    for (i, &b) in bytes.iter().enumerate().skip(skip) {
+    for (i, &b) in s.as_bytes().iter().enumerate() {
         let esc = match b {
             b'"' => "\\\"",
             b'\\' => "\\\\",

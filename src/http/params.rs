@@ -200,10 +200,10 @@ impl Params {
         if body.iter().all(|c| c.is_ascii_whitespace()) {
             return Ok(p);
         }
-        let media = content_type.map(|ct| ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
-        let is_json = match media.as_deref() {
-            Some("application/json") => true,
-            Some("application/x-www-form-urlencoded") => false,
+        let media = content_type.map(|ct| ct.split(';').next().unwrap_or("").trim());
+        let is_json = match media {
+            Some(m) if m.eq_ignore_ascii_case("application/json") => true,
+            Some(m) if m.eq_ignore_ascii_case("application/x-www-form-urlencoded") => false,
             Some(_) => return Ok(p),
             None => body.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'{'),
         };

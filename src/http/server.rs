@@ -212,10 +212,15 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) 
         idem::Begin::Run { req, run, user_id } => (Some(req), Some((run, user_id))),
     };
     let ct = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    let result = match Params::parse(parts.uri.query(), ct, &body) {
+    let parsed = Params::parse(parts.uri.query(), ct, &body);
+    let has_auth = parts.headers.contains_key(hyper::header::AUTHORIZATION);
+    // The request's head and body are slices of the connection's read buffer. While a handler
+    // waits (for its user's lock, for durability), hyper looks for the client's EOF by reading
+    // into that buffer: were it still shared, it would allocate a fresh one every time.
+    drop((parts, body));
+    let result = match parsed {
         Err(e) => Err(e),
         Ok(params) => {
-            let has_auth = parts.headers.contains_key(hyper::header::AUTHORIZATION);
             let ident = match pass {
                 Pass::User(i) => Some(i),
                 Pass::Public => None,
