@@ -48,6 +48,7 @@ use parking_lot::Mutex;
 use crate::domain::engine::TxRecord;
 use crate::domain::tree::{AccountId, Tree};
 
+use super::bin::Bin;
 use super::overlay::{Memtable, Overlay, Rows};
 use super::sled_store::{self, SledStore, ValueSpans};
 use super::{BoxFuture, Op, Store, StoreError, SyncRow, UserMeta, UserRecord};
@@ -264,43 +265,55 @@ fn encode_commit(
     idem: &Option<super::IdemWrite>,
 ) -> Result<ValueSpans, StoreError> {
     let mut s = ValueSpans::default();
-    enc(&0u32, f)?;
-    s.user = enc(user, f)?;
+    0u32.put(f);
+    s.user = put(user, f);
     // Change, field by field in declaration order.
-    enc(&(c.accounts.len() as u64), f)?;
-    s.accounts = c.accounts.iter().map(|a| enc(&**a, f)).collect::<Result<_, _>>()?;
-    enc(&c.removed, f)?;
-    s.records = enc_rows(&c.records, f)?;
-    s.days = enc_rows(&c.days, f)?;
-    s.track = enc_rows(&c.track, f)?;
-    enc(&c.ledger, f)?;
-    enc(&c.main_txids, f)?;
-    s.sync = enc_option(sync, f)?;
+    (c.accounts.len() as u64).put(f);
+    s.accounts = c.accounts.iter().map(|a| put(&**a, f)).collect();
+    (c.removed.len() as u64).put(f);
+    for (acc, len) in &c.removed {
+        acc.put(f);
+        len.put(f);
+    }
+    s.records = enc_rows(&c.records, f);
+    s.days = enc_rows(&c.days, f);
+    s.track = enc_rows(&c.track, f);
+    c.ledger.put(f);
+    c.main_txids.put(f);
+    s.sync = sync.as_ref().map(|row| {
+        1u8.put(f);
+        put(row, f)
+    });
+    if s.sync.is_none() {
+        0u8.put(f);
+    }
     match idem {
-        None => {
-            enc(&0u8, f)?;
-        }
+        None => 0u8.put(f),
         Some(w) => {
-            enc(&1u8, f)?;
+            1u8.put(f);
             s.idem_put = enc_option(&w.put, f)?;
-            enc(&w.remove, f)?;
+            w.remove.put(f);
         }
     }
     Ok(s)
 }
 
+/// Appends `v` as bincode writes it (see [`Bin`]); returns where it lies.
+fn put<T: Bin + ?Sized>(v: &T, f: &mut Vec<u8>) -> std::ops::Range<usize> {
+    let start = f.len();
+    v.put(f);
+    start..f.len()
+}
+
 /// A sequence of (account, position, value) rows: its length, then each row; returns where
 /// each value lies.
-fn enc_rows<P: serde::Serialize, V: serde::Serialize>(
-    rows: &[(AccountId, P, V)],
-    f: &mut Vec<u8>,
-) -> Result<Vec<std::ops::Range<usize>>, StoreError> {
-    enc(&(rows.len() as u64), f)?;
+fn enc_rows<P: Bin, V: Bin>(rows: &[(AccountId, P, V)], f: &mut Vec<u8>) -> Vec<std::ops::Range<usize>> {
+    (rows.len() as u64).put(f);
     rows.iter()
         .map(|(acc, pos, v)| {
-            enc(acc, f)?;
-            enc(pos, f)?;
-            enc(v, f)
+            acc.put(f);
+            pos.put(f);
+            put(v, f)
         })
         .collect()
 }

@@ -2,6 +2,7 @@
 //! [`pg`], serves several nodes), the key and value encoding, and the per-user cache that
 //! serialises writers and hands readers consistent snapshots.
 
+mod bin;
 mod codec;
 pub mod journal;
 pub mod migrate;
