@@ -14,53 +14,74 @@ pub trait Bin {
 }
 
 /// An unsigned varint: one byte below 251, else a marker byte and the value in the narrowest
-/// of 2, 4, 8 or 16 bytes.
-fn varint(f: &mut Vec<u8>, v: u128) {
+/// of 2, 4 or 8 bytes (16 for [`varint128`]).
+#[inline]
+fn varint(f: &mut Vec<u8>, v: u64) {
     if v < 251 {
         f.push(v as u8);
-    } else if let Ok(v) = u16::try_from(v) {
-        f.push(251);
-        f.extend_from_slice(&v.to_le_bytes());
-    } else if let Ok(v) = u32::try_from(v) {
-        f.push(252);
-        f.extend_from_slice(&v.to_le_bytes());
-    } else if let Ok(v) = u64::try_from(v) {
-        f.push(253);
-        f.extend_from_slice(&v.to_le_bytes());
     } else {
-        f.push(254);
-        f.extend_from_slice(&v.to_le_bytes());
+        wide(f, v);
+    }
+}
+
+fn wide(f: &mut Vec<u8>, v: u64) {
+    let mut b = [0u8; 9];
+    let n = if let Ok(v) = u16::try_from(v) {
+        b[0] = 251;
+        b[1..3].copy_from_slice(&v.to_le_bytes());
+        3
+    } else if let Ok(v) = u32::try_from(v) {
+        b[0] = 252;
+        b[1..5].copy_from_slice(&v.to_le_bytes());
+        5
+    } else {
+        b[0] = 253;
+        b[1..9].copy_from_slice(&v.to_le_bytes());
+        9
+    };
+    f.extend_from_slice(&b[..n]);
+}
+
+#[inline]
+fn varint128(f: &mut Vec<u8>, v: u128) {
+    match u64::try_from(v) {
+        Ok(v) => varint(f, v),
+        Err(_) => {
+            let mut b = [254u8; 17];
+            b[1..].copy_from_slice(&v.to_le_bytes());
+            f.extend_from_slice(&b);
+        }
     }
 }
 
 impl Bin for u64 {
     fn put(&self, f: &mut Vec<u8>) {
-        varint(f, u128::from(*self));
+        varint(f, *self);
     }
 }
 
 impl Bin for u32 {
     fn put(&self, f: &mut Vec<u8>) {
-        varint(f, u128::from(*self));
+        varint(f, u64::from(*self));
     }
 }
 
 impl Bin for u128 {
     fn put(&self, f: &mut Vec<u8>) {
-        varint(f, *self);
+        varint128(f, *self);
     }
 }
 
 impl Bin for i64 {
     fn put(&self, f: &mut Vec<u8>) {
         // Zigzag: 0, -1, 1, -2... as 0, 1, 2, 3...
-        varint(f, u128::from(((*self << 1) ^ (*self >> 63)) as u64));
+        varint(f, ((*self << 1) ^ (*self >> 63)) as u64);
     }
 }
 
 impl Bin for i128 {
     fn put(&self, f: &mut Vec<u8>) {
-        varint(f, ((*self << 1) ^ (*self >> 127)) as u128);
+        varint128(f, ((*self << 1) ^ (*self >> 127)) as u128);
     }
 }
 
