@@ -80,13 +80,16 @@ impl Jwt {
         self.verified(token).and_then(|v| v.live_at(now_secs))
     }
 
-    /// [`Jwt::verify`], asking `memo` (the connection's last token) first.
-    pub fn verify_memo(&self, token: &str, now_secs: f64, memo: &mut TokenMemo) -> Option<Arc<Identity>> {
+    /// [`Jwt::verify`], asking `memo` (the connection's last token) first. Takes the token's
+    /// bytes: the memo's are known to be text, so a repeated token is not checked again.
+    pub fn verify_memo(&self, token: &[u8], now_secs: f64, memo: &mut TokenMemo) -> Option<Arc<Identity>> {
         if let Some((t, v)) = &memo.0 {
-            if **t == *token {
+            if t.as_bytes() == token {
                 return v.live_at(now_secs);
             }
         }
+        // A token is ASCII: other bytes can never verify.
+        let token = std::str::from_utf8(token).ok()?;
         let v = self.verified(token)?;
         if token.len() <= MAX_MEMO_TOKEN_BYTES {
             memo.0 = Some((token.into(), v.clone()));
@@ -156,24 +159,27 @@ mod tests {
         let j = Jwt::new(b"k");
         let mut memo = TokenMemo::default();
         let t = token(&j, json!({"user_id": "u", "exp": 100}));
-        assert_eq!(j.verify_memo(&t, 60.0, &mut memo).map(|i| i.user_id.clone()), Some("u".into()));
+        assert_eq!(j.verify_memo(t.as_bytes(), 60.0, &mut memo).map(|i| i.user_id.clone()), Some("u".into()));
         assert!(memo.0.is_some());
         // Remembered, yet expiry still applies.
-        assert!(j.verify_memo(&t, 100.5, &mut memo).is_none());
+        assert!(j.verify_memo(t.as_bytes(), 100.5, &mut memo).is_none());
         // A token differing in one byte is verified for itself, and fails; the memo stays.
         let mut forged = t.clone().into_bytes();
         let last = forged.len() - 1;
         forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
         let forged = String::from_utf8(forged).unwrap();
-        assert!(j.verify_memo(&forged, 60.0, &mut memo).is_none());
+        assert!(j.verify_memo(forged.as_bytes(), 60.0, &mut memo).is_none());
         assert_eq!(memo.0.as_ref().map(|(k, _)| &**k), Some(t.as_str()));
         // Another valid token takes its place.
         let t2 = token(&j, json!({"user_id": "w"}));
-        assert_eq!(j.verify_memo(&t2, 60.0, &mut memo).map(|i| i.user_id.clone()), Some("w".into()));
+        assert_eq!(
+            j.verify_memo(t2.as_bytes(), 60.0, &mut memo).map(|i| i.user_id.clone()),
+            Some("w".into())
+        );
         assert_eq!(memo.0.as_ref().map(|(k, _)| &**k), Some(t2.as_str()));
         // A token too long to remember is still verified.
         let long = token(&j, json!({"user_id": "x", "pad": "p".repeat(2000)}));
-        assert!(j.verify_memo(&long, 60.0, &mut memo).is_some());
+        assert!(j.verify_memo(long.as_bytes(), 60.0, &mut memo).is_some());
         assert_eq!(memo.0.as_ref().map(|(k, _)| &**k), Some(t2.as_str()));
     }
 

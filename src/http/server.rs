@@ -85,7 +85,11 @@ async fn handle(
     // The access log's fields cost allocations: gather them only when the line will be written.
     let log_on = tracing::enabled!(target: "access", tracing::Level::INFO);
     let method = req.method().clone();
-    let client = if log_on { filter::client_ip(&app, req.headers(), peer.ip()) } else { String::new() };
+    let client = if log_on {
+        filter::client_ip(&app, req.headers(), &filter::IpText::new(peer.ip())).to_string()
+    } else {
+        String::new()
+    };
     // Unknown paths are logged as sent (bounded); known ones by their route.
     let unknown_path = (log_on && route == ROUTES.len()).then(|| bounded(req.uri().path(), 128).to_string());
     let mut user = None;
