@@ -105,7 +105,9 @@ const MEMTABLE_BYTES: usize = 128 << 20;
 /// is still being written (bounds memory when sled falls behind).
 const MEMTABLE_HARD_BYTES: usize = 512 << 20;
 /// Rows per sled batch when a frozen table is written.
-const CHECKPOINT_CHUNK: usize = 8192;
+const CHECKPOINT_CHUNK: usize = 2048;
+/// A checkpoint rests this many times as long as it worked (see `Pace`).
+const CHECKPOINT_PACE: u32 = 2;
 /// Free space sled is given beyond twice a table's size before it is written (its snapshot and
 /// segment overhead): sled must never meet a full disk.
 const ROOM_TO_SPARE: u64 = 8 << 20;
@@ -1022,12 +1024,25 @@ impl Rows for NoRows {
 /// journal segments it covers; only then do reads stop looking at the table.
 fn checkpoint_thread(shared: Arc<Shared>, crx: Receiver<Arc<Memtable>>) {
     while let Ok(m) = crx.recv() {
-        if !write_table(&shared, &m) {
+        let mut pace = Pace::new(&shared);
+        if !write_table(&shared, &m, &mut pace) {
             // Stopping with the table unwritten: keep it readable and the journal whole.
             break;
         }
         checkpoint(&shared);
         shared.overlay.release_frozen();
+        // Freed here, paced, not by whichever request let go of it last: a read that took the
+        // table before its release holds it for microseconds, so wait for that.
+        let mut m = m;
+        loop {
+            match Arc::try_unwrap(m) {
+                Ok(table) => break table.drop_paced(|| pace.tick()),
+                Err(held) => {
+                    m = held;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
     }
 }
 
@@ -1041,14 +1056,14 @@ fn checkpoint_thread(shared: Arc<Shared>, crx: Receiver<Arc<Memtable>>) {
 /// once there is room and the table written again. Writing the table over whatever sled
 /// recovered is enough: sled holds at least everything up to the previous checkpoint, and the
 /// table holds every row changed since.
-fn write_table(shared: &Shared, m: &Memtable) -> bool {
+fn write_table(shared: &Shared, m: &Memtable, pace: &mut Pace) -> bool {
     let mut warned = false;
     loop {
         if !wait_for_room(shared, m, &mut warned) {
             return false;
         }
         let res = match shared.sled.read().as_ref() {
-            Some(s) => s.write_table(m.rows(), m.last_seq(), CHECKPOINT_CHUNK),
+            Some(s) => s.write_table(m.rows(), m.last_seq(), CHECKPOINT_CHUNK, || pace.tick()),
             None => Err(StoreError::Engine("storage is reopening".into())),
         };
         match res {
@@ -1068,6 +1083,37 @@ fn write_table(shared: &Shared, m: &Memtable) -> bool {
             return false;
         }
         reopen(shared);
+    }
+}
+
+/// Spreads a checkpoint's work: after each `PACE_WORK` of it, a rest `CHECKPOINT_PACE` times as
+/// long. A table holds seconds of writes; written and freed flat out, it took most of a core
+/// for half a second each time, and requests waited (deposits at 128 connections on two cores:
+/// half the throughput and twice the latency in those windows). Behind (the next table already
+/// half full) or stopping, it does not rest.
+struct Pace<'a> {
+    shared: &'a Shared,
+    since: Instant,
+}
+
+/// Work between a checkpoint's rests (see [`Pace`]).
+const PACE_WORK: Duration = Duration::from_millis(4);
+
+impl Pace<'_> {
+    fn new(shared: &Shared) -> Pace<'_> {
+        Pace { shared, since: Instant::now() }
+    }
+
+    fn tick(&mut self) {
+        let worked = self.since.elapsed();
+        if worked < PACE_WORK {
+            return;
+        }
+        let behind = self.shared.overlay.active_bytes() >= MEMTABLE_BYTES / 2;
+        if !behind && !self.shared.stopping.load(Ordering::Acquire) {
+            std::thread::sleep(worked * CHECKPOINT_PACE);
+        }
+        self.since = Instant::now();
     }
 }
 

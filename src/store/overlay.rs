@@ -217,6 +217,16 @@ impl Memtable {
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
+    /// Frees the table a bucket at a time, calling `pace` between buckets (a table holds
+    /// seconds of writes: freed at once it is a burst of work).
+    pub fn drop_paced(mut self, mut pace: impl FnMut()) {
+        self.index = HashMap::default();
+        self.order = BTreeMap::new();
+        while let Some(b) = self.buckets.pop() {
+            drop(b);
+            pace();
+        }
+    }
     pub fn bytes(&self) -> usize {
         self.bytes
     }

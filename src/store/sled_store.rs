@@ -243,11 +243,15 @@ impl SledStore {
         rows: impl Iterator<Item = (RowKey<'a>, &'a Option<IVec>)>,
         last_seq: u64,
         chunk: usize,
+        mut pace: impl FnMut(),
     ) -> Result<(), StoreError> {
         let mut out: Vec<Row> = Vec::with_capacity(chunk);
         // The open run: its first key, next sequence number, and the single values it joins.
         let mut run: Option<Run<'a>> = None;
-        for (k, v) in rows {
+        for (i, (k, v)) in rows.enumerate() {
+            if i % 256 == 255 {
+                pace();
+            }
             let single = match (v, k.suffix) {
                 (Some(v), Some(seq)) if codec::runs_join(k.prefix) && v.first() != Some(&codec::RUN) => {
                     Some((v, seq))
@@ -271,6 +275,7 @@ impl SledStore {
             if out.len() >= chunk {
                 self.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None)?;
                 out.clear();
+                pace();
             }
         }
         close_run(run, &mut out)?;
@@ -670,7 +675,7 @@ mod tests {
         }
         ov.stage(rows, 9);
         let m = ov.freeze().unwrap();
-        s.write_table(m.rows(), m.last_seq(), 50).unwrap();
+        s.write_table(m.rows(), m.last_seq(), 50, || ()).unwrap();
         ov.release_frozen();
         assert_eq!(s.applied_seq().unwrap(), 9);
         // 300 records in runs of at most 128; account b's five in one run.
