@@ -481,6 +481,22 @@ mod tests {
         (k.to_vec(), Some(IVec::from(v)))
     }
 
+    #[test]
+    fn a_table_is_freed_a_bucket_at_a_time() {
+        let mut m = Memtable::default();
+        for acc in 1..=3 {
+            for seq in 0..4 {
+                m.insert(&codec::log_key(7, acc, seq), Some(IVec::from(&[9u8; 40][..])));
+            }
+        }
+        m.insert(&codec::account_key(7, 1), Some(IVec::from(&[1u8; 40][..])));
+        let buckets = m.buckets.len();
+        assert!(buckets >= 4, "{buckets}");
+        let mut paces = 0;
+        m.drop_paced(|| paces += 1);
+        assert_eq!(paces, buckets);
+    }
+
     /// The size that decides when a table is written follows what it holds: rewriting a row
     /// (an account's row changes with every write to it) does not grow it.
     #[test]
