@@ -128,7 +128,7 @@ impl IpText {
 }
 
 /// The client's address: the first `X-Forwarded-For` entry behind a trusted proxy, else the
-/// peer's (`text`, written once it is needed).
+/// peer's, `text`.
 pub fn client_ip<'a>(app: &App, headers: &'a HeaderMap, text: &'a IpText) -> &'a str {
     if app.cfg.trust_proxy {
         if let Some(first) = headers
