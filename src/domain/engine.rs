@@ -598,6 +598,8 @@ pub fn largest_remainder(amount: i64, weights: &[i64]) -> Option<Vec<i64>> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn contains_ignore_case_matches_as_lowercasing_both_would() {
         for (hay, needle) in [
@@ -609,14 +611,12 @@ mod tests {
             ("Ünïcode Returned extra allocation-UP", "returned extra allocation-up"),
         ] {
             assert_eq!(
-                super::contains_ignore_case(hay, needle),
+                contains_ignore_case(hay, needle),
                 hay.to_ascii_lowercase().contains(needle),
                 "{hay:?} {needle:?}"
             );
         }
     }
-
-    use super::*;
 
     #[test]
     fn split_examples() {
