@@ -44,15 +44,24 @@ $PY raw-lua "$WORK/raw.lua"
 ROWS=$WORK/rows
 ACKED=0
 INFLIGHT=0
-# run NAME CONNS URL LUA: one wrk run; appends "name conns rps p50 p99" to ROWS.
+TICK=$(getconf CLK_TCK)
+# run NAME CONNS URL LUA: one wrk run; appends "name conns rps p50 p99 non2xx sockerr cpu_us" to
+# ROWS, cpu_us being the server's CPU (user + system, /proc/PID/stat) per request: steadier than
+# req/s when this VM's neighbours are busy.
 run() {
-  local name=$1 conns=$2 url=$3 script=$4 out
+  local name=$1 conns=$2 url=$3 script=$4 out pid c0 c1
+  pid=$PFM
+  [ "$name" = raw ] && pid=$RAW
+  c0=$(awk '{print $14+$15}' "/proc/$pid/stat")
   out=$("${pin_wrk[@]}" wrk -t1 -c"$conns" -d"${DUR}s" --timeout 10s -s "$script" "$url" 2>&1)
+  c1=$(awk '{print $14+$15}' "/proc/$pid/stat")
   local res
   res=$(grep '^RESULT' <<<"$out") || { echo "wrk failed: $out" >&2; exit 1; }
   local rps p50 p99 requests non2xx sockerr
   read -r rps p50 p99 requests non2xx sockerr <<<"$(sed -E 's/^RESULT //; s/[a-z0-9]+=//g' <<<"$res")"
-  echo "$name $conns $rps $p50 $p99 $non2xx $sockerr" >> "$ROWS"
+  local cpu
+  cpu=$(python3 -c "print(round(($c1 - $c0) * 1e6 / $TICK / max($requests, 1), 1))")
+  echo "$name $conns $rps $p50 $p99 $non2xx $sockerr $cpu" >> "$ROWS"
   if [ "$name" != raw ]; then
     ACKED=$((ACKED + requests - non2xx))
     INFLIGHT=$((INFLIGHT + conns))
@@ -78,18 +87,21 @@ raw = {}
 for r in rows:
     if r[0] == "raw":
         raw.setdefault(r[1], []).append(r)
-# Baseline per connection count: mean req/s and mean p99 of its runs.
-raw = {c: [None, None, sum(float(r[2]) for r in rs) / len(rs), None, sum(float(r[4]) for r in rs) / len(rs)]
-       for c, rs in raw.items()}
+# Baseline per connection count: mean req/s, p99 and CPU per request of its runs.
+mean = lambda rs, i: sum(float(r[i]) for r in rs) / len(rs)
+raw = {c: {"rps": mean(rs, 2), "p99": mean(rs, 4), "cpu": mean(rs, 7)} for c, rs in raw.items()}
 print(f"durable writes, wrk -t1 -d{sys.argv[2]}s (wrk on core {sys.argv[3] or 'any'}, "
-      f"servers on core {sys.argv[4] or 'any'}); ratios against the mean of the raw runs at the same connections")
-print(f"{'endpoint':<22} {'conns':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'req/s:raw':>9} {'p99:raw':>8} {'errors':>7}")
-for name, c, rps, p50, p99, non2xx, sockerr in rows:
+      f"servers on core {sys.argv[4] or 'any'}); ratios against the mean of the raw runs at the same connections; "
+      f"cpu: the server's CPU per request")
+print(f"{'endpoint':<22} {'conns':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'req/s:raw':>9} {'p99:raw':>8} "
+      f"{'cpu us':>7} {'cpu:raw':>7} {'errors':>7}")
+for name, c, rps, p50, p99, non2xx, sockerr, cpu in rows:
     b = raw.get(c)
-    r1 = f"{float(rps) / float(b[2]):.2f}" if b else "-"
-    r2 = f"{float(p99) / float(b[4]):.2f}" if b else "-"
+    r1 = f"{float(rps) / b['rps']:.2f}" if b else "-"
+    r2 = f"{float(p99) / b['p99']:.2f}" if b else "-"
+    r3 = f"{float(cpu) / b['cpu']:.2f}" if b and b["cpu"] > 0 else "-"
     print(f"{name:<22} {c:>5} {float(rps):>9.0f} {int(p50) / 1e3:>8.2f} {int(p99) / 1e3:>8.2f} {r1:>9} {r2:>8} "
-          f"{int(non2xx) + int(sockerr):>7}")
+          f"{float(cpu):>7.1f} {r3:>7} {int(non2xx) + int(sockerr):>7}")
 print("goal (issue 6): deposit over the users at 128 connections req/s:raw >= 0.5 and p99:raw <= 3")
 PY
 $PY check3 "$PFM_PORT" "$WORK/users.json" "$ACKED" "$INFLIGHT"
