@@ -1031,17 +1031,10 @@ fn checkpoint_thread(shared: Arc<Shared>, crx: Receiver<Arc<Memtable>>) {
         }
         checkpoint(&shared);
         shared.overlay.release_frozen();
-        // Freed here, paced, not by whichever request let go of it last: a read that took the
-        // table before its release holds it for microseconds, so wait for that.
-        let mut m = m;
-        loop {
-            match Arc::try_unwrap(m) {
-                Ok(table) => break table.drop_paced(|| pace.tick()),
-                Err(held) => {
-                    m = held;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
+        // Freed here, paced. Reads look at the frozen table under the overlay's lock and keep
+        // no reference, so with the overlay's let go of above this one is the last.
+        if let Ok(table) = Arc::try_unwrap(m) {
+            table.drop_paced(|| pace.tick());
         }
     }
 }
