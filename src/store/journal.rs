@@ -1032,7 +1032,7 @@ fn checkpoint_thread(shared: Arc<Shared>, crx: Receiver<Arc<Memtable>>) {
         checkpoint(&shared);
         shared.overlay.release_frozen();
         // Freed here, paced. Reads look at the frozen table under the overlay's lock and keep
-        // no reference, so with the overlay's let go of above this one is the last.
+        // no reference to it, and the overlay let go of its own above: this one is the last.
         if let Ok(table) = Arc::try_unwrap(m) {
             table.drop_paced(|| pace.tick());
         }
