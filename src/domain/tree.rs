@@ -151,11 +151,10 @@ pub fn parse_uuid(s: &str) -> Option<AccountId> {
         return None;
     }
     // Only the canonical form names an account: at 36 characters uuid parses nothing but the
-    // hyphenated form, so canonical means lowercase.
-    if rest.bytes().any(|c| c.is_ascii_uppercase()) {
-        return None;
-    }
-    uuid::Uuid::try_parse(rest).ok().map(|u| u.as_u128())
+    // hyphenated form, so canonical means lowercase. Of the characters that parse (digits,
+    // hyphens, hex letters) only 'A'-'F' lack bit 0x20: one AND over the bytes tells.
+    let u = uuid::Uuid::try_parse(rest).ok()?;
+    (rest.bytes().fold(0x20, |all, c| all & c) & 0x20 != 0).then(|| u.as_u128())
 }
 
 impl Tree {
@@ -416,6 +415,25 @@ mod tests {
             "",
         ] {
             assert_eq!(parse_uuid(other), None, "{other}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any case change of a letter in an account's uuid makes it name no account.
+        #[test]
+        fn a_uuid_with_any_uppercase_letter_names_nothing(id: u128, flips: u64) {
+            let s = fmt_uuid(id);
+            proptest::prop_assert_eq!(parse_uuid(&s), Some(id));
+            let mut b = s.into_bytes();
+            let mut flipped = false;
+            for (i, c) in b.iter_mut().enumerate().skip(3) {
+                if c.is_ascii_lowercase() && flips >> (i % 64) & 1 == 1 {
+                    *c = c.to_ascii_uppercase();
+                    flipped = true;
+                }
+            }
+            let s = String::from_utf8(b).unwrap();
+            proptest::prop_assert_eq!(parse_uuid(&s), (!flipped).then_some(id), "{}", s);
         }
     }
 }
