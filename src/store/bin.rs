@@ -4,7 +4,7 @@
 //! check; here it is a few pushes. The bytes are bincode's own (tests hold them to it, value by
 //! value and whole frames), so every stored format stays as it is.
 
-use super::{SyncRow, UserRecord};
+use super::{IdemRecord, SyncRow, UserRecord};
 use crate::domain::engine::TxRecord;
 use crate::domain::tree::{Account, DaySums, Grand, Kind, Ledger, TrackRow};
 
@@ -61,6 +61,12 @@ impl Bin for u64 {
 }
 
 impl Bin for u32 {
+    fn put(&self, f: &mut Vec<u8>) {
+        varint(f, u64::from(*self));
+    }
+}
+
+impl Bin for u16 {
     fn put(&self, f: &mut Vec<u8>) {
         varint(f, u64::from(*self));
     }
@@ -128,6 +134,22 @@ impl<T: Bin> Bin for [T] {
         for v in self {
             v.put(f);
         }
+    }
+}
+
+// A tuple is its elements in order.
+impl<A: Bin, B: Bin> Bin for (A, B) {
+    fn put(&self, f: &mut Vec<u8>) {
+        self.0.put(f);
+        self.1.put(f);
+    }
+}
+
+impl<A: Bin, B: Bin, C: Bin> Bin for (A, B, C) {
+    fn put(&self, f: &mut Vec<u8>) {
+        self.0.put(f);
+        self.1.put(f);
+        self.2.put(f);
     }
 }
 
@@ -229,12 +251,17 @@ impl Bin for SyncRow {
         self.knowledge.put(f);
         self.upserted.put(f);
         self.removed.put(f);
-        (self.appended.len() as u64).put(f);
-        for (acc, first, n) in &self.appended {
-            acc.put(f);
-            first.put(f);
-            n.put(f);
-        }
+        self.appended.put(f);
+    }
+}
+
+impl Bin for IdemRecord {
+    fn put(&self, f: &mut Vec<u8>) {
+        self.key.put(f);
+        self.fingerprint.put(f);
+        self.created_us.put(f);
+        self.status.put(f);
+        self.body.put(f);
     }
 }
 
@@ -270,6 +297,7 @@ mod tests {
             same(&(x as i64))?;
             same(&(x as u64))?;
             same(&(x as u32))?;
+            same(&(x as u16))?;
             same(&(x as u128))?;
             same(&(x as u128).wrapping_neg())?;
         }
@@ -333,6 +361,13 @@ mod tests {
                 appended: n.iter().map(|x| (*x as u128, *x as u64, (*x >> 64) as u64)).collect(),
             })?;
             same(&[name.clone(), format!("{}", n[7])][..])?;
+            same(&IdemRecord {
+                key: name.clone(),
+                fingerprint: name.as_bytes().to_vec(),
+                created_us: n[0] as i64,
+                status: n[1] as u16,
+                body: name.repeat(2),
+            })?;
         }
     }
 }

@@ -231,7 +231,7 @@ fn encode_frame_body(op: &Op) -> Result<(Vec<u8>, Option<ValueSpans>), StoreErro
     f.resize(HEADER, 0);
     f.push(PAYLOAD_FORMAT);
     let spans = match op {
-        Op::Commit { user, change, sync, idem } => Some(encode_commit(&mut f, user, change, sync, idem)?),
+        Op::Commit { user, change, sync, idem } => Some(encode_commit(&mut f, user, change, sync, idem)),
         Op::DeleteUser { .. } => {
             enc(op, &mut f)?;
             None
@@ -265,39 +265,29 @@ fn encode_commit(
     c: &crate::domain::engine::Change,
     sync: &Option<SyncRow>,
     idem: &Option<super::IdemWrite>,
-) -> Result<ValueSpans, StoreError> {
+) -> ValueSpans {
     let mut s = ValueSpans::default();
     0u32.put(f);
     s.user = put(user, f);
     // Change, field by field in declaration order.
     (c.accounts.len() as u64).put(f);
     s.accounts = c.accounts.iter().map(|a| put(&**a, f)).collect();
-    (c.removed.len() as u64).put(f);
-    for (acc, len) in &c.removed {
-        acc.put(f);
-        len.put(f);
-    }
+    c.removed.put(f);
     s.records = enc_rows(&c.records, f);
     s.days = enc_rows(&c.days, f);
     s.track = enc_rows(&c.track, f);
     c.ledger.put(f);
     c.main_txids.put(f);
-    s.sync = sync.as_ref().map(|row| {
-        1u8.put(f);
-        put(row, f)
-    });
-    if s.sync.is_none() {
-        0u8.put(f);
-    }
+    s.sync = put_option(sync, f);
     match idem {
         None => 0u8.put(f),
         Some(w) => {
             1u8.put(f);
-            s.idem_put = enc_option(&w.put, f)?;
+            s.idem_put = put_option(&w.put, f);
             w.remove.put(f);
         }
     }
-    Ok(s)
+    s
 }
 
 /// Appends `v` as bincode writes it (see [`Bin`]); returns where it lies.
@@ -321,20 +311,9 @@ fn enc_rows<P: Bin, V: Bin>(rows: &[(AccountId, P, V)], f: &mut Vec<u8>) -> Vec<
 }
 
 /// An option: a 0 or 1 byte, then the value; returns where the value lies.
-fn enc_option<T: serde::Serialize>(
-    v: &Option<T>,
-    f: &mut Vec<u8>,
-) -> Result<Option<std::ops::Range<usize>>, StoreError> {
-    match v {
-        None => {
-            enc(&0u8, f)?;
-            Ok(None)
-        }
-        Some(x) => {
-            enc(&1u8, f)?;
-            enc(x, f).map(Some)
-        }
-    }
+fn put_option<T: Bin>(v: &Option<T>, f: &mut Vec<u8>) -> Option<std::ops::Range<usize>> {
+    (v.is_some() as u8).put(f);
+    v.as_ref().map(|x| put(x, f))
 }
 
 /// Stamps the sequence number and the header checksum into a frame body.
