@@ -47,7 +47,7 @@ fn build(deposits: usize) -> Fixture {
     let mut children = Vec::new();
     for c in 0..10 {
         next += 1;
-        let mut a = Account::new(next, format!("Child{c}"), Kind::Child, Some(root), None);
+        let mut a = Account::new(next, format!("Child{c}").into(), Kind::Child, Some(root), None);
         a.allocation = 100_000;
         let cid = ctx.attach(a).expect("attach child");
         children.push(cid);
@@ -63,7 +63,8 @@ fn build(deposits: usize) -> Fixture {
                 freq: bill.then_some(30),
                 periods: Frac::ONE,
             };
-            let mut a = Account::new(next, format!("G{c}_{g}"), Kind::Grandchild, Some(cid), Some(grand));
+            let mut a =
+                Account::new(next, format!("G{c}_{g}").into(), Kind::Grandchild, Some(cid), Some(grand));
             a.allocation = 200_000;
             let gid = ctx.attach(a).expect("attach grandchild");
             if !bill {
@@ -73,8 +74,16 @@ fn build(deposits: usize) -> Fixture {
     }
     for i in 0..deposits {
         let date = NOW - (i as i64 % 365) * 86_400;
-        ctx.deposit(leaves[i % leaves.len()], 1_234, None, "User", "bench", date, Mode::External)
-            .expect("deposit");
+        ctx.deposit(
+            leaves[i % leaves.len()],
+            1_234,
+            None,
+            &"User".into(),
+            &"bench".into(),
+            date,
+            Mode::External,
+        )
+        .expect("deposit");
     }
     let change = ctx.finish();
     rt.block_on(async {

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use pfm::domain::engine::{largest_remainder, Ctx, Mode, OpError, TxRecord};
 use pfm::domain::frac::Frac;
 use pfm::domain::tree::{
-    check_invariants, Account, AccountId, DaySums, Grand, Kind, Tree, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN,
-    MAX_DEPTH,
+    check_invariants, Account, AccountId, DaySums, Grand, Kind, Text, Tree, ALLOC_ONE, MAX_ACCOUNTS,
+    MAX_CHILDREN, MAX_DEPTH,
 };
 use proptest::prelude::*;
 
@@ -113,7 +113,7 @@ impl Model {
                     });
                     self.next_id += 1;
                     let mut acc =
-                        Account::new(self.next_id, format!("A{}", self.next_id), kind, Some(p), grand);
+                        Account::new(self.next_id, format!("A{}", self.next_id).into(), kind, Some(p), grand);
                     acc.allocation = alloc;
                     acc.priority = priority * 1_000_000;
                     acc.status = if alloc == 0 { "inactive".into() } else { "active".into() };
@@ -125,8 +125,8 @@ impl Model {
                         x,
                         amount,
                         None,
-                        if user { "User" } else { "Payroll" },
-                        "ch",
+                        &Text::from(if user { "User" } else { "Payroll" }),
+                        &"ch".into(),
                         now,
                         Mode::External,
                     )?;
@@ -134,13 +134,13 @@ impl Model {
                 Op::Withdraw { acc, amount } => {
                     let x = self.pick(acc);
                     if amount <= ctx.acc(x)?.balance {
-                        ctx.withdraw(x, amount, "User", "ch", None, now)?;
+                        ctx.withdraw(x, amount, &"User".into(), &"ch".into(), None, now)?;
                     }
                 }
                 Op::Distribute { acc, amount } => {
                     let x = self.pick(acc);
                     if amount <= ctx.acc(x)?.balance {
-                        ctx.split(x, amount, None, "System")?;
+                        ctx.split(x, amount, None, &"System".into())?;
                     }
                 }
                 Op::Transfer { from, to, amount } => {

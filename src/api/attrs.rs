@@ -8,7 +8,7 @@ use crate::domain::dates::{fmt_due, parse_date};
 use crate::domain::engine::Ctx;
 use crate::domain::frac::Frac;
 use crate::domain::num::fmt_scaled;
-use crate::domain::tree::{Account, AccountId, Grand, Kind};
+use crate::domain::tree::{Account, AccountId, Grand, Kind, Text};
 use crate::http::json::Obj;
 use crate::http::params::{check_len, money_cents, PVal};
 use crate::http::response::ApiError;
@@ -72,7 +72,7 @@ pub async fn change_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             ));
         }
         let (id, name) = (a.uuid, a.name.clone());
-        ctx.acc_mut(id).map_err(engine_err)?.status = status.clone();
+        ctx.acc_mut(id).map_err(engine_err)?.status = Text::from(status.as_str());
         Ok(Obj::new()
             .str("uuid", &uuid)
             .str("new_status", &status)
@@ -204,7 +204,7 @@ pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     check_len("account_type", Some(&t), 64)?;
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
-        grand_mut(ctx, id)?.account_type = t.clone();
+        grand_mut(ctx, id)?.account_type = Text::from(t.as_str());
         Ok(Obj::new()
             .str("message", &format!("Account type updated to {t}"))
             .str("uuid", &uuid)

@@ -3,8 +3,9 @@
 use super::{engine_err, find, mutate, mutate_locked, no_tree, number, op_err, Rq};
 use crate::app::App;
 use crate::domain::dates::parse_date;
-use crate::domain::engine::Mode;
+use crate::domain::engine::{Mode, SYSTEM, USER};
 use crate::domain::num::{fmt_money, Dec};
+use crate::domain::text::Text;
 use crate::http::json::Obj;
 use crate::http::params::{check_len, money_cents, Params};
 use crate::http::response::ApiError;
@@ -47,9 +48,9 @@ fn transaction_date(p: &Params, now: i64) -> Result<i64, ApiError> {
 /// The parameters /deposit and /withdraw share after their amount.
 struct Posting {
     uuid: String,
-    channel: String,
-    txn: Option<String>,
-    by: String,
+    channel: Text,
+    txn: Option<Text>,
+    by: Text,
     date: i64,
 }
 
@@ -61,7 +62,13 @@ fn posting(p: &Params, uuid: String, now: i64) -> Result<Posting, ApiError> {
     check_len("initiated_by", by.as_deref(), 64)?;
     check_len("transaction_number", txn.as_deref(), 128)?;
     let date = transaction_date(p, now)?;
-    Ok(Posting { uuid, channel, txn, by: by.unwrap_or_else(|| "User".into()), date })
+    Ok(Posting {
+        uuid,
+        channel: channel.into(),
+        txn: txn.map(Text::from),
+        by: by.map_or(USER, Text::from),
+        date,
+    })
 }
 
 pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -75,7 +82,7 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     // The duplicate check reads storage, so it runs here, under the lock, before the mutation.
     if find(&cur.tree, &post.uuid, not_found)?.uuid == cur.tree.root {
         if let Some(id) = &post.txn {
-            if guard.main_txid_exists(id).await? {
+            if guard.main_txid_exists(id.as_str()).await? {
                 return Err(ApiError::new(
                     409,
                     format!("Deposit failed: This deposit has already been made. Transaction ID:{id}"),
@@ -85,7 +92,7 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     }
     mutate_locked(app, guard, cur, rq, |ctx, _| {
         let x = find(ctx.tree, &post.uuid, not_found)?.uuid;
-        ctx.deposit(x, amount, post.txn.as_deref(), &post.by, &post.channel, post.date, Mode::External)
+        ctx.deposit(x, amount, post.txn.as_ref(), &post.by, &post.channel, post.date, Mode::External)
             .map_err(op_err("Deposit not allowed. Account is not active."))?;
         let balance = ctx.acc(x).map_err(engine_err)?.balance;
         Ok(Obj::new()
@@ -113,8 +120,7 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         if amount > acc.balance {
             return Err(insufficient("Failed: ", acc.balance));
         }
-        ctx.withdraw(x, amount, &post.by, &post.channel, post.txn.as_deref(), post.date)
-            .map_err(engine_err)?;
+        ctx.withdraw(x, amount, &post.by, &post.channel, post.txn.as_ref(), post.date).map_err(engine_err)?;
         let balance = ctx.acc(x).map_err(engine_err)?.balance;
         Ok(Obj::new().str("account_uuid", &post.uuid).money("balance", balance.into()))
     })
@@ -129,7 +135,7 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let by = p.str("initiated_by")?;
     check_len("transaction", txn.as_deref(), 128)?;
     check_len("initiated_by", by.as_deref(), 64)?;
-    let by = by.unwrap_or_else(|| "System".into());
+    let (txn, by) = (txn.map(Text::from), by.map_or(SYSTEM, Text::from));
     mutate(app, rq, |ctx, _| {
         let acc = find(ctx.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
         let x = acc.uuid;
@@ -149,7 +155,7 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
                 "Distribution failed: No active child accounts with a positive allocation.",
             ));
         }
-        ctx.split(x, amount, txn.as_deref(), &by).map_err(internal)?;
+        ctx.split(x, amount, txn.as_ref(), &by).map_err(internal)?;
         let balance = ctx.acc(x).map_err(internal)?.balance;
         Ok(Obj::new()
             .str("account_uuid", &uuid)

@@ -7,7 +7,7 @@ use crate::domain::dates::parse_date;
 use crate::domain::frac::Frac;
 use crate::domain::num::fmt_scaled;
 use crate::domain::tree::{
-    fmt_uuid, Account, Grand, Kind, Tree, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN, MAX_DEPTH,
+    fmt_uuid, Account, Grand, Kind, Text, Tree, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN, MAX_DEPTH,
 };
 use crate::http::json::{array, Obj};
 use crate::http::params::{check_len, money_cents};
@@ -94,14 +94,14 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             due_date: due,
             fixed_amount: fixed,
             amount_due: fixed,
-            account_type: account_type.clone().unwrap_or_else(|| "Expense".into()),
+            account_type: account_type.as_deref().map_or(Text::Static("Expense"), Text::from),
             freq: freq.map(|f| f as u32),
             periods: Frac::ONE,
         });
-        let mut acc = Account::new(id, name.clone(), kind, Some(pid), grand);
+        let mut acc = Account::new(id, name.as_str().into(), kind, Some(pid), grand);
         acc.allocation = allocation;
         acc.priority = priority;
-        acc.status = status.clone();
+        acc.status = status.as_str().into();
         ctx.attach(acc).map_err(engine_err)?;
         Ok(Obj::new()
             .str("message", &format!("{name} added under {parent_name}"))

@@ -6,15 +6,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::dates::{day_of, DAY_SECS};
+use super::text::Text;
 use super::tree::{Account, AccountId, DaySums, IdMap, Kind, Ledger, TrackRow, Tree};
 
 /// One transaction record (SPEC 2.6).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TxRecord {
     pub deposit: bool,
-    pub by: String,
-    pub id: String,
-    pub channel: String,
+    pub by: Text,
+    pub id: Text,
+    pub channel: Text,
     pub amount: i64,
     pub balance: i64,
     pub amount_due: i128,
@@ -40,10 +41,12 @@ pub enum Mode {
     Surplus,
 }
 
-pub const CH_SPLIT: &str = "Allocation to child accounts";
-pub const CH_UP: &str = "Returned Extra Allocation-up";
-pub const CH_DOWN: &str = "Returned Extra Allocation-down";
-pub const CH_TRANSFER: &str = "Internal Transfer";
+pub const CH_SPLIT: Text = Text::Static("Allocation to child accounts");
+pub const CH_UP: Text = Text::Static("Returned Extra Allocation-up");
+pub const CH_DOWN: Text = Text::Static("Returned Extra Allocation-down");
+pub const CH_TRANSFER: Text = Text::Static("Internal Transfer");
+pub const USER: Text = Text::Static("User");
+pub const SYSTEM: Text = Text::Static("System");
 
 /// Whether `hay` contains `needle`, ASCII case ignored (a deposit's split credits test their
 /// channel this way, so without building a lowercase copy).
@@ -98,7 +101,7 @@ pub struct Change {
     /// The lifetime ledger after the change (SPEC 13.2 item 10).
     pub ledger: Ledger,
     /// Transaction ids newly present in the main account's log (the /deposit 409 index).
-    pub main_txids: Vec<String>,
+    pub main_txids: Vec<Text>,
 }
 
 impl<'a> Ctx<'a> {
@@ -185,15 +188,15 @@ impl<'a> Ctx<'a> {
 
     /// A generated id for the next record of `x`: derived from its sequence number in the main
     /// account's log when the tree has a key (so it needs no index row), random otherwise.
-    fn new_id(&self, x: AccountId) -> Result<String, OpError> {
+    fn new_id(&self, x: AccountId) -> Result<Text, OpError> {
         if x == self.tree.root {
             if let Some(k) = &self.tree.id_key {
                 if let Some(id) = k.id(self.acc(x)?.log_len) {
-                    return Ok(id);
+                    return Ok(id.into());
                 }
             }
         }
-        Ok(generate_id())
+        Ok(generate_id().into())
     }
 
     /// The ledger primitives CREDIT and DEBIT (10.1). Returns the id written.
@@ -203,16 +206,16 @@ impl<'a> Ctx<'a> {
         x: AccountId,
         deposit: bool,
         a: i64,
-        by: &str,
-        channel: &str,
-        id: Option<&str>,
+        by: &Text,
+        channel: &Text,
+        id: Option<&Text>,
         date: i64,
-    ) -> Result<String, OpError> {
+    ) -> Result<Text, OpError> {
         if a <= 0 {
             return Err(OpError::Internal);
         }
         let id = match id {
-            Some(id) => id.to_string(),
+            Some(id) => id.clone(),
             None => self.new_id(x)?,
         };
         let acc = self.acc_mut(x)?;
@@ -243,9 +246,9 @@ impl<'a> Ctx<'a> {
         let acc = self.acc(x)?;
         let rec = TxRecord {
             deposit,
-            by: by.to_string(),
+            by: by.clone(),
             id: id.clone(),
-            channel: channel.to_string(),
+            channel: channel.clone(),
             amount: a,
             balance: acc.balance,
             amount_due: acc.sub_due,
@@ -260,11 +263,11 @@ impl<'a> Ctx<'a> {
         &mut self,
         x: AccountId,
         a: i64,
-        by: &str,
-        channel: &str,
-        id: Option<&str>,
+        by: &Text,
+        channel: &Text,
+        id: Option<&Text>,
         date: i64,
-    ) -> Result<String, OpError> {
+    ) -> Result<Text, OpError> {
         self.post(x, true, a, by, channel, id, date)
     }
 
@@ -272,11 +275,11 @@ impl<'a> Ctx<'a> {
         &mut self,
         x: AccountId,
         a: i64,
-        by: &str,
-        channel: &str,
-        id: Option<&str>,
+        by: &Text,
+        channel: &Text,
+        id: Option<&Text>,
         date: i64,
-    ) -> Result<String, OpError> {
+    ) -> Result<Text, OpError> {
         self.post(x, false, a, by, channel, id, date)
     }
 
@@ -316,7 +319,7 @@ impl<'a> Ctx<'a> {
         let fixed = gr.fixed_amount;
         let a = self.acc_mut(g)?;
         if a.status != "closed" {
-            a.status = "active".to_string();
+            a.status = Text::Static("active");
         }
         let gr = a.grand.as_mut().ok_or(OpError::Internal)?;
         gr.due_date = Some(new_due.ok_or(OpError::TooLarge)?);
@@ -334,9 +337,9 @@ impl<'a> Ctx<'a> {
         &mut self,
         x: AccountId,
         a: i64,
-        id: Option<&str>,
-        by: &str,
-        channel: &str,
+        id: Option<&Text>,
+        by: &Text,
+        channel: &Text,
         d: i64,
         mode: Mode,
     ) -> Result<(), OpError> {
@@ -369,7 +372,7 @@ impl<'a> Ctx<'a> {
                     }
                     let acc = self.acc_mut(x)?;
                     if acc.status != "closed" {
-                        acc.status = "inactive".to_string();
+                        acc.status = Text::Static("inactive");
                     }
                     self.set_amount_due(x, 0)?;
                     let s = a - c;
@@ -397,26 +400,26 @@ impl<'a> Ctx<'a> {
         &mut self,
         x: AccountId,
         a: i64,
-        by: &str,
-        channel: &str,
-        id: Option<&str>,
+        by: &Text,
+        channel: &Text,
+        id: Option<&Text>,
         d: i64,
         mode: Mode,
     ) -> Result<(), OpError> {
         let used = self.credit(x, a, by, channel, id, d)?;
         if mode != Mode::Surplus {
-            self.split(x, a, Some(&used), "System")?;
+            self.split(x, a, Some(&used), &SYSTEM)?;
         }
         Ok(())
     }
 
     /// RETURN_SURPLUS(Q, s, origin_by) of 10.5.
-    fn return_surplus(&mut self, q: AccountId, s: i64, origin_by: &str) -> Result<(), OpError> {
-        let channel = if origin_by == "User" { CH_UP } else { CH_DOWN };
+    fn return_surplus(&mut self, q: AccountId, s: i64, origin_by: &Text) -> Result<(), OpError> {
+        let channel = if *origin_by == "User" { CH_UP } else { CH_DOWN };
         let now = self.now;
         match self.acc(q)?.kind {
-            Kind::Child => self.credit(q, s, "System", channel, None, now).map(|_| ()),
-            Kind::Grandchild => self.deposit(q, s, None, "System", channel, now, Mode::Surplus),
+            Kind::Child => self.credit(q, s, &SYSTEM, &channel, None, now).map(|_| ()),
+            Kind::Grandchild => self.deposit(q, s, None, &SYSTEM, &channel, now, Mode::Surplus),
             Kind::Main => Err(OpError::Internal),
         }
     }
@@ -448,7 +451,7 @@ impl<'a> Ctx<'a> {
 
     /// A split's debit of the parent: a grandchild-kind parent gets a tracker row but keeps its
     /// periods (D15).
-    fn split_debit(&mut self, p: AccountId, a: i64, by: &str, channel: &str) -> Result<(), OpError> {
+    fn split_debit(&mut self, p: AccountId, a: i64, by: &Text, channel: &Text) -> Result<(), OpError> {
         let now = self.now;
         self.debit(p, a, by, channel, None, now)?;
         if self.acc(p)?.kind == Kind::Grandchild {
@@ -458,7 +461,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// SPLIT(P, a, id, by) of 10.4.
-    pub fn split(&mut self, p: AccountId, a: i64, id: Option<&str>, by: &str) -> Result<(), OpError> {
+    pub fn split(&mut self, p: AccountId, a: i64, id: Option<&Text>, by: &Text) -> Result<(), OpError> {
         if self.acc(p)?.children.is_empty() {
             return Ok(());
         }
@@ -466,10 +469,9 @@ impl<'a> Ctx<'a> {
         let e = self.active_children(p)?;
         let Some(&first) = e.first() else { return Ok(()) };
         let now = self.now;
-        let p_name = self.acc(p)?.name.clone();
-        let from = format!("Allocation from {p_name}");
+        let from = Text::from(format!("Allocation from {}", self.acc(p)?.name));
         if a < 10 {
-            let to = format!("Allocation to {}", self.acc(first)?.name);
+            let to = Text::from(format!("Allocation to {}", self.acc(first)?.name));
             self.split_debit(p, a, by, &to)?;
             return self.deposit(first, a, id, by, &from, now, Mode::Share);
         }
@@ -478,7 +480,7 @@ impl<'a> Ctx<'a> {
         let Some(shares) = largest_remainder(a, &weights) else {
             return Ok(());
         };
-        self.split_debit(p, a, by, CH_SPLIT)?;
+        self.split_debit(p, a, by, &CH_SPLIT)?;
         for (c, share) in e.into_iter().zip(shares) {
             if share > 0 {
                 self.deposit(c, share, id, by, &from, now, Mode::Share)?;
@@ -492,9 +494,9 @@ impl<'a> Ctx<'a> {
         &mut self,
         x: AccountId,
         a: i64,
-        by: &str,
-        channel: &str,
-        id: Option<&str>,
+        by: &Text,
+        channel: &Text,
+        id: Option<&Text>,
         d: i64,
     ) -> Result<(), OpError> {
         self.debit(x, a, by, channel, id, d)?;
@@ -518,9 +520,9 @@ impl<'a> Ctx<'a> {
     /// /move_balance effects (10.8).
     pub fn transfer(&mut self, from: AccountId, to: AccountId, a: i64) -> Result<(), OpError> {
         let now = self.now;
-        self.debit(from, a, "System", CH_TRANSFER, None, now)?;
+        self.debit(from, a, &SYSTEM, &CH_TRANSFER, None, now)?;
         self.after_user_debit(from, a)?;
-        self.deposit(to, a, None, "System", CH_TRANSFER, now, Mode::Transfer)
+        self.deposit(to, a, None, &SYSTEM, &CH_TRANSFER, now, Mode::Transfer)
     }
 
     /// Appends `acc` (already shaped, parent set) to its parent's children.
@@ -538,7 +540,7 @@ impl<'a> Ctx<'a> {
         let c = self.acc_mut(child)?;
         c.allocation = allocation;
         if allocation == 0 && c.status != "closed" {
-            c.status = "inactive".into();
+            c.status = Text::Static("inactive");
         }
         Ok(())
     }
@@ -567,7 +569,8 @@ impl<'a> Ctx<'a> {
         if b > 0 {
             let b = i64::try_from(b).map_err(|_| OpError::TooLarge)?;
             let now = self.now;
-            self.credit(parent, b, "System", &format!("Returned from deleted account {name}"), None, now)?;
+            let channel = Text::from(format!("Returned from deleted account {name}"));
+            self.credit(parent, b, &SYSTEM, &channel, None, now)?;
         }
         Ok(())
     }

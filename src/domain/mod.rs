@@ -5,5 +5,6 @@ pub mod days;
 pub mod engine;
 pub mod frac;
 pub mod num;
+pub mod text;
 pub mod tree;
 pub mod txid;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 pub use super::days::{DayLedger, DaySums, TrackLog, TrackRow};
 use super::frac::Frac;
 use super::num::{div_round, fmt_scaled};
+pub use super::text::Text;
 
 pub type AccountId = u128;
 
@@ -50,7 +51,7 @@ pub struct Grand {
     pub due_date: Option<i64>,
     pub fixed_amount: i64,
     pub amount_due: i64,
-    pub account_type: String,
+    pub account_type: Text,
     pub freq: Option<u32>,
     pub periods: Frac,
 }
@@ -58,7 +59,7 @@ pub struct Grand {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Account {
     pub uuid: AccountId,
-    pub name: String,
+    pub name: Text,
     pub kind: Kind,
     pub parent: Option<AccountId>,
     pub children: Vec<AccountId>,
@@ -67,7 +68,7 @@ pub struct Account {
     pub allocation: i64,
     /// Millionths.
     pub priority: i64,
-    pub status: String,
+    pub status: Text,
     pub grand: Option<Grand>,
     /// Number of records in this account's log (the next record's sequence number).
     pub log_len: u64,
@@ -87,7 +88,7 @@ impl Account {
     /// A fresh account: no money, no log, no children. `grand` only for grandchild-kind.
     pub fn new(
         uuid: AccountId,
-        name: String,
+        name: Text,
         kind: Kind,
         parent: Option<AccountId>,
         grand: Option<Grand>,
@@ -102,7 +103,7 @@ impl Account {
             balance: 0,
             allocation: 0,
             priority: 0,
-            status: "active".into(),
+            status: Text::Static("active"),
             grand,
             log_len: 0,
             sub_balance: 0,
@@ -160,7 +161,7 @@ pub fn parse_uuid(s: &str) -> Option<AccountId> {
 impl Tree {
     /// A new user's tree: the main account `Main` holding the opening balance.
     pub fn new_user(root: AccountId, initial_balance: i64) -> Tree {
-        let mut main = Account::new(root, "Main".into(), Kind::Main, None, None);
+        let mut main = Account::new(root, Text::Static("Main"), Kind::Main, None, None);
         main.balance = initial_balance;
         main.sub_balance = i128::from(initial_balance);
         Tree {

@@ -6,7 +6,7 @@
 
 use super::{IdemRecord, SyncRow, UserRecord};
 use crate::domain::engine::TxRecord;
-use crate::domain::tree::{Account, DaySums, Grand, Kind, Ledger, TrackRow};
+use crate::domain::tree::{Account, DaySums, Grand, Kind, Ledger, Text, TrackRow};
 
 /// A value written as bincode's standard configuration writes it.
 pub trait Bin {
@@ -111,6 +111,12 @@ impl Bin for str {
 }
 
 impl Bin for String {
+    fn put(&self, f: &mut Vec<u8>) {
+        self.as_str().put(f);
+    }
+}
+
+impl Bin for Text {
     fn put(&self, f: &mut Vec<u8>) {
         self.as_str().put(f);
     }
@@ -315,25 +321,25 @@ mod tests {
                 due_date: (n[0] % 2 == 0).then_some(n[1] as i64),
                 fixed_amount: n[2] as i64,
                 amount_due: n[3] as i64,
-                account_type: name.clone(),
+                account_type: name.as_str().into(),
                 freq: (n[4] % 2 == 0).then_some(n[5] as u32),
                 periods: Frac { num: n[6] as i64, den: n[7] as i64 },
             });
-            let mut a = Account::new(n[0] as u128, name.clone(), kind, (n[1] % 3 == 0).then_some(n[2] as u128), g);
+            let mut a = Account::new(n[0] as u128, name.as_str().into(), kind, (n[1] % 3 == 0).then_some(n[2] as u128), g);
             a.children = n.iter().map(|x| *x as u128).collect();
             a.balance = n[3] as i64;
             a.allocation = n[4] as i64;
             a.priority = n[5] as i64;
-            a.status = name.chars().rev().collect();
+            a.status = name.chars().rev().collect::<String>().into();
             a.log_len = n[6] as u64;
             a.sub_balance = n[7];
             a.sub_due = -n[0];
             same(&a)?;
             let r = TxRecord {
                 deposit,
-                by: name.clone(),
-                id: format!("{}", n[1]),
-                channel: name.repeat(2),
+                by: name.as_str().into(),
+                id: format!("{}", n[1]).into(),
+                channel: name.repeat(2).into(),
                 amount: n[2] as i64,
                 balance: n[3] as i64,
                 amount_due: n[4],

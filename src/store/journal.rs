@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::domain::engine::TxRecord;
-use crate::domain::tree::{AccountId, Tree};
+use crate::domain::tree::{AccountId, Text, Tree};
 
 use super::bin::Bin;
 use super::overlay::{Memtable, Overlay, Rows};
@@ -450,7 +450,7 @@ impl Shared {
     }
 }
 
-fn main_txids(op: &Op) -> (u64, &[String]) {
+fn main_txids(op: &Op) -> (u64, &[Text]) {
     match op {
         Op::Commit { user, change, .. } => (user.user_no, &change.main_txids),
         Op::DeleteUser { user } => (user.user_no, &[]),
@@ -1143,7 +1143,7 @@ fn reopen(shared: &Shared) {
 /// foldhash (every deposit inserts and removes here; SipHash was 3 % of its instructions): a
 /// client can only grow its own user's map, and only by writes still in flight.
 type PendingTxids =
-    HashMap<u64, HashMap<String, u32, foldhash::fast::RandomState>, foldhash::fast::RandomState>;
+    HashMap<u64, HashMap<Text, u32, foldhash::fast::RandomState>, foldhash::fast::RandomState>;
 
 fn forget_txids<'a>(shared: &Shared, ops: impl Iterator<Item = &'a Op>) {
     let mut map = shared.pending_txids.lock();
@@ -1406,7 +1406,7 @@ mod tests {
                     periods: Frac::int(at(i + 3) % 1000),
                 });
                 let kind = if grand.is_some() { Kind::Grandchild } else { Kind::Child };
-                let mut a = Account::new(wide(i) as u128, format!("n{i}✓"), kind, Some(7), grand);
+                let mut a = Account::new(wide(i) as u128, format!("n{i}✓").into(), kind, Some(7), grand);
                 a.balance = at(i + 4);
                 a.sub_balance = wide(i + 5);
                 a.children = vec![1, u128::MAX, wide(i) as u128];
@@ -1416,8 +1416,8 @@ mod tests {
         let rec = |i: usize| TxRecord {
             deposit: i.is_multiple_of(2),
             by: "User".into(),
-            id: format!("t{}", at(i)),
-            channel: "c".repeat(i % 3),
+            id: format!("t{}", at(i)).into(),
+            channel: "c".repeat(i % 3).into(),
             amount: at(i),
             balance: at(i + 1),
             amount_due: wide(i + 2),
@@ -1443,7 +1443,7 @@ mod tests {
                 .map(|i| (4, at(i), TrackRow { amount_due: at(i + 1), balance: at(i + 2) }))
                 .collect(),
             ledger: Default::default(),
-            main_txids: vec!["a".into(), format!("{}", at(3))],
+            main_txids: vec!["a".into(), format!("{}", at(3)).into()],
         };
         let user = UserRecord {
             user_id: format!("user{}", at(0)),

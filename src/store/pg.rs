@@ -20,7 +20,7 @@ use tokio_postgres::{NoTls, Row};
 use uuid::Uuid;
 
 use crate::domain::engine::{Change, TxRecord};
-use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
+use crate::domain::tree::{Account, AccountId, DaySums, Text, TrackRow, Tree};
 
 use super::codec::{decode, decode_compat, encode};
 use super::{
@@ -520,7 +520,7 @@ async fn change_rows(c: &ClientWrapper, no: i64, root: AccountId, ch: &Change) -
             .into_iter()
             .collect();
         let others: BTreeSet<&str> =
-            ch.main_txids.iter().map(String::as_str).filter(|id| !credited.contains(id)).collect();
+            ch.main_txids.iter().map(Text::as_str).filter(|id| !credited.contains(id)).collect();
         if !credited.is_empty() {
             let ids: Vec<&str> = credited.iter().copied().collect();
             let st = c

@@ -637,7 +637,7 @@ mod tests {
         TxRecord {
             deposit: true,
             by: "User".into(),
-            id: format!("t{n}"),
+            id: format!("t{n}").into(),
             channel: "c".into(),
             amount: n as i64 + 1,
             balance: 0,
@@ -648,7 +648,7 @@ mod tests {
     }
 
     fn ids(v: &[TxRecord]) -> Vec<String> {
-        v.iter().map(|r| r.id.clone()).collect()
+        v.iter().map(|r| r.id.to_string()).collect()
     }
 
     fn want(seqs: std::ops::Range<u64>) -> Vec<String> {
@@ -723,7 +723,7 @@ mod tests {
         let db = SledStore::open(dir.path()).unwrap();
         let key = IdKey::new([3, 4], 9);
         let (no, root, child) = (9u64, 1u128, 2u128);
-        let with_id = |id: &str| TxRecord { id: id.to_string(), ..rec(0) };
+        let with_id = |id: &str| TxRecord { id: id.into(), ..rec(0) };
         let derived0 = key.id(0).unwrap();
         let derived5 = key.id(5).unwrap();
         let change = Change {
@@ -735,7 +735,12 @@ mod tests {
                 // A derived id whose record is not the main account's: indexed.
                 (child, 7, with_id(&key.id(7).unwrap())),
             ],
-            main_txids: vec![derived0.clone(), derived5.clone(), "T1".into(), key.id(7).unwrap()],
+            main_txids: vec![
+                derived0.as_str().into(),
+                derived5.as_str().into(),
+                "T1".into(),
+                key.id(7).unwrap().into(),
+            ],
             ..Change::default()
         };
         let txid_rows = |derived: Option<(&IdKey, AccountId)>| -> Vec<Vec<u8>> {

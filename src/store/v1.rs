@@ -57,16 +57,16 @@ impl AccountV1 {
             due_date: g.due_date,
             fixed_amount: g.fixed_amount,
             amount_due: g.amount_due,
-            account_type: g.account_type,
+            account_type: g.account_type.into(),
             freq: g.freq,
             periods: g.periods,
         });
-        let mut account = Account::new(self.uuid, self.name, self.kind, self.parent, grand);
+        let mut account = Account::new(self.uuid, self.name.into(), self.kind, self.parent, grand);
         account.children = self.children;
         account.balance = self.balance;
         account.allocation = self.allocation;
         account.priority = self.priority;
-        account.status = self.status;
+        account.status = self.status.into();
         account.log_len = self.log_len;
         account.sub_balance = self.sub_balance;
         account.sub_due = self.sub_due;
