@@ -4,7 +4,8 @@
 //! Days are grouped in buckets of [`BUCKET_DAYS`] days, each shared copy-on-write (`Arc`), and
 //! buckets are rolled up into spans of [`SPAN_DAYS`] days. Recording a day touches that day, its
 //! bucket total and its span total; cloning an account (the copy-on-write step of a mutation)
-//! copies bucket pointers, never day maps. A range sum reads at most two partial buckets, the
+//! copies one pointer to the history, and writes to the day last written (today, nearly
+//! always) stay beside it until another day is written. A range sum reads at most two partial buckets, the
 //! whole buckets of two partial spans and the spans between, whatever the number of records.
 //! Storage keeps only the day rows; bucket and span totals are rebuilt when a user is loaded.
 
@@ -101,9 +102,90 @@ impl Bucket {
     }
 }
 
-/// The day sums of one account (see the module comment).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The day sums of one account (see the module comment): the history, shared, and what was
+/// added to the last day written since it was folded into the history.
+///
+/// Why the pending day: nearly every write goes to today, and a write to the history copies
+/// its bucket list, span list and written bucket (four allocations, and up to a month of days
+/// copied) where adding to the pending day copies nothing. The history takes the pending day
+/// when a write goes to another day.
+#[derive(Debug, Clone, Default)]
 pub struct DayLedger {
+    hist: Arc<Hist>,
+    pending: Option<(i64, DaySums)>,
+}
+
+impl PartialEq for DayLedger {
+    /// Equal when every day's sums are, however much of each is still pending.
+    fn eq(&self, o: &DayLedger) -> bool {
+        self.daily(i64::MIN, i64::MAX).eq(o.daily(i64::MIN, i64::MAX))
+    }
+}
+
+impl Eq for DayLedger {}
+
+impl DayLedger {
+    /// Adds `delta` to `day`; returns the day's new sums (the row storage keeps).
+    pub fn add(&mut self, day: i64, delta: &DaySums) -> DaySums {
+        match &mut self.pending {
+            Some((d, s)) if *d == day => s.add(delta),
+            _ => {
+                if let Some((d, s)) = self.pending.take() {
+                    Arc::make_mut(&mut self.hist).add(d, &s);
+                }
+                self.pending = Some((day, *delta));
+            }
+        }
+        self.day(day)
+    }
+
+    /// The pending sums, if its day lies in `[from, to]`.
+    fn pending_in(&self, from: i64, to: i64) -> Option<(i64, DaySums)> {
+        self.pending.filter(|(d, _)| from <= *d && *d <= to)
+    }
+
+    /// The sums of one day.
+    pub fn day(&self, day: i64) -> DaySums {
+        let mut s = self.hist.day(day);
+        if let Some((_, p)) = self.pending_in(day, day) {
+            s.add(&p);
+        }
+        s
+    }
+
+    /// Sums over `[from, to]`.
+    pub fn range(&self, from: i64, to: i64) -> DaySums {
+        let mut s = self.hist.range(from, to);
+        if let Some((_, p)) = self.pending_in(from, to) {
+            s.add(&p);
+        }
+        s
+    }
+
+    /// The per-day sums of the days in `[from, to]` that have records, in day order.
+    pub fn daily(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, DaySums)> + '_ {
+        let mut pending = self.pending_in(from, to);
+        let mut hist = self.hist.daily(from, to).peekable();
+        std::iter::from_fn(move || match (hist.peek(), pending) {
+            (Some(&(d, _)), Some((p, _))) if d < p => hist.next(),
+            (Some(&(d, mut s)), Some((p, ps))) if d == p => {
+                hist.next();
+                pending = None;
+                s.add(&ps);
+                Some((d, s))
+            }
+            (_, Some(p)) => {
+                pending = None;
+                Some(p)
+            }
+            (_, None) => hist.next(),
+        })
+    }
+}
+
+/// The folded history of a [`DayLedger`].
+#[derive(Debug, Clone, Default)]
+struct Hist {
     buckets: Vec<(i64, Arc<Bucket>)>,
     spans: Vec<(i64, DaySums)>,
 }
@@ -116,9 +198,8 @@ fn span_of(day: i64) -> i64 {
     day.div_euclid(SPAN_DAYS)
 }
 
-impl DayLedger {
-    /// Adds `delta` to `day`; returns the day's new sums (the row storage keeps).
-    pub fn add(&mut self, day: i64, delta: &DaySums) -> DaySums {
+impl Hist {
+    fn add(&mut self, day: i64, delta: &DaySums) {
         slot(&mut self.spans, span_of(day)).add(delta);
         let b = Arc::make_mut(slot(&mut self.buckets, bucket_of(day)));
         b.total.add(delta);
@@ -133,18 +214,14 @@ impl DayLedger {
         for (_, d) in &mut b.days[i..] {
             d.cum.add(delta);
         }
-        let d = &mut b.days[i].1.sums;
-        d.add(delta);
-        *d
+        b.days[i].1.sums.add(delta);
     }
 
-    /// The sums of one day.
-    pub fn day(&self, day: i64) -> DaySums {
+    fn day(&self, day: i64) -> DaySums {
         get(&self.buckets, bucket_of(day)).and_then(|b| get(&b.days, day)).map(|d| d.sums).unwrap_or_default()
     }
 
-    /// Sums over `[from, to]`.
-    pub fn range(&self, from: i64, to: i64) -> DaySums {
+    fn range(&self, from: i64, to: i64) -> DaySums {
         let mut s = DaySums::default();
         if from > to {
             return s;
@@ -182,8 +259,7 @@ impl DayLedger {
         }
     }
 
-    /// The per-day sums of the days in `[from, to]` that have records, in day order.
-    pub fn daily(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, DaySums)> + '_ {
+    fn daily(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, DaySums)> + '_ {
         let bounds = (from <= to).then(|| (bucket_of(from), bucket_of(to)));
         bounds
             .into_iter()
@@ -249,6 +325,15 @@ mod tests {
         DaySums { dep_user: v, wd_user: 2 * v, dep_all: 3 * v, dep_alloc: v + 1 }
     }
 
+    /// `n` additions of `sums(v)`.
+    fn times(v: i128, n: usize) -> DaySums {
+        let mut s = DaySums::default();
+        for _ in 0..n {
+            s.add(&sums(v));
+        }
+        s
+    }
+
     proptest! {
         /// Every range answer equals the sum over a plain day map, for days spread over decades
         /// and ranges that cross bucket and span edges.
@@ -306,10 +391,39 @@ mod tests {
         for day in 0..700 {
             l.add(day, &sums(1));
         }
-        let before = l.clone();
         l.add(5, &sums(1));
-        // Only the written bucket was copied; every other bucket is still shared.
-        let shared = l.buckets.iter().zip(&before.buckets).filter(|(a, b)| Arc::ptr_eq(&a.1, &b.1)).count();
-        assert_eq!(shared, l.buckets.len() - 1);
+        let before = l.clone();
+        l.add(6, &sums(1));
+        // Day 5 went into the history: only its bucket was copied, every other is still shared.
+        let (a, b) = (&l.hist.buckets, &before.hist.buckets);
+        let shared = a.iter().zip(b).filter(|(a, b)| Arc::ptr_eq(&a.1, &b.1)).count();
+        assert_eq!(shared, a.len() - 1);
+        assert_eq!(l.day(5), times(1, 2));
+    }
+
+    #[test]
+    fn writes_to_the_pending_day_copy_nothing() {
+        let mut l = DayLedger::default();
+        for day in 0..100 {
+            l.add(day, &sums(1));
+        }
+        let before = l.clone();
+        let mut l2 = l.clone();
+        for _ in 0..3 {
+            l2.add(99, &sums(1));
+        }
+        assert!(Arc::ptr_eq(&l2.hist, &before.hist));
+        assert_eq!(l2.day(99), times(1, 4));
+        assert_eq!(before.day(99), sums(1));
+        let mut want = before.range(0, 99);
+        want.add(&times(1, 3));
+        assert_eq!(l2.range(0, 99), want);
+        assert_ne!(l2, before);
+        // Equal ledgers compare equal however much is pending.
+        let mut folded = DayLedger::default();
+        for day in (0..100).rev() {
+            folded.add(day, &times(1, if day == 99 { 4 } else { 1 }));
+        }
+        assert_eq!(folded, l2);
     }
 }
