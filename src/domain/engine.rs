@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::dates::{day_of, DAY_SECS};
 use super::text::Text;
-use super::tree::{Account, AccountId, DaySums, IdMap, Kind, Ledger, TrackRow, Tree};
+use super::tree::{Account, AccountId, DaySums, Kind, Ledger, TrackRow, Tree};
 
 /// One transaction record (SPEC 2.6).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -121,16 +121,27 @@ impl<'a> Ctx<'a> {
     pub fn finish(self) -> Change {
         let t = &*self.tree;
         // Records were appended in order; the account's final log_len tells each one's sequence.
-        let mut appended: IdMap<u64> = IdMap::default();
+        // A list, not a map: an operation touches a few accounts (a map cost two allocations
+        // and a hash per record).
+        let mut next_seq: Vec<(AccountId, u64)> = Vec::new();
         for (acc, _) in &self.records {
-            *appended.entry(*acc).or_insert(0) += 1;
+            match next_seq.iter_mut().find(|e| e.0 == *acc) {
+                Some(e) => e.1 += 1,
+                None => next_seq.push((*acc, 1)),
+            }
         }
-        let mut next_seq: IdMap<u64> =
-            appended.into_iter().filter_map(|(acc, n)| t.get(acc).map(|a| (acc, a.log_len - n))).collect();
+        // Records of accounts deleted later in the operation are dropped with them.
+        next_seq.retain_mut(|(acc, n)| match t.get(*acc) {
+            Some(a) => {
+                *n = a.log_len - *n;
+                true
+            }
+            None => false,
+        });
         let mut records = Vec::with_capacity(self.records.len());
         let mut main_txids = Vec::new();
         for (acc, rec) in self.records {
-            let Some(seq) = next_seq.get_mut(&acc) else { continue };
+            let Some((_, seq)) = next_seq.iter_mut().find(|e| e.0 == acc) else { continue };
             // A split's debit of main carries the credit's id: index each id once.
             if acc == t.root && !main_txids.contains(&rec.id) {
                 main_txids.push(rec.id.clone());

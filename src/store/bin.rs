@@ -24,22 +24,19 @@ fn varint(f: &mut Vec<u8>, v: u64) {
     }
 }
 
+/// Each width is its own fixed-size copy: one copy of a length known only at run time was a
+/// `memcpy` call per value (profiled).
 fn wide(f: &mut Vec<u8>, v: u64) {
-    let mut b = [0u8; 9];
-    let n = if let Ok(v) = u16::try_from(v) {
-        b[0] = 251;
-        b[1..3].copy_from_slice(&v.to_le_bytes());
-        3
+    if let Ok(v) = u16::try_from(v) {
+        f.push(251);
+        f.extend_from_slice(&v.to_le_bytes());
     } else if let Ok(v) = u32::try_from(v) {
-        b[0] = 252;
-        b[1..5].copy_from_slice(&v.to_le_bytes());
-        5
+        f.push(252);
+        f.extend_from_slice(&v.to_le_bytes());
     } else {
-        b[0] = 253;
-        b[1..9].copy_from_slice(&v.to_le_bytes());
-        9
-    };
-    f.extend_from_slice(&b[..n]);
+        f.push(253);
+        f.extend_from_slice(&v.to_le_bytes());
+    }
 }
 
 #[inline]
