@@ -266,16 +266,24 @@ fn encode_commit(
     sync: &Option<SyncRow>,
     idem: &Option<super::IdemWrite>,
 ) -> ValueSpans {
-    let mut s = ValueSpans::default();
+    let mut s = ValueSpans {
+        rows: Vec::with_capacity(c.accounts.len() + c.records.len() + c.days.len() + c.track.len()),
+        ..ValueSpans::default()
+    };
     0u32.put(f);
     s.user = put(user, f);
     // Change, field by field in declaration order.
     (c.accounts.len() as u64).put(f);
-    s.accounts = c.accounts.iter().map(|a| put(&**a, f)).collect();
+    for a in &c.accounts {
+        s.rows.push(put(&**a, f));
+    }
     c.removed.put(f);
-    s.records = enc_rows(&c.records, f);
-    s.days = enc_rows(&c.days, f);
-    s.track = enc_rows(&c.track, f);
+    enc_rows(&c.records, f, &mut s.rows);
+    s.starts[0] = c.accounts.len();
+    enc_rows(&c.days, f, &mut s.rows);
+    s.starts[1] = s.starts[0] + c.records.len();
+    enc_rows(&c.track, f, &mut s.rows);
+    s.starts[2] = s.starts[1] + c.days.len();
     c.ledger.put(f);
     c.main_txids.put(f);
     s.sync = put_option(sync, f);
@@ -297,17 +305,19 @@ fn put<T: Bin + ?Sized>(v: &T, f: &mut Vec<u8>) -> std::ops::Range<usize> {
     start..f.len()
 }
 
-/// A sequence of (account, position, value) rows: its length, then each row; returns where
-/// each value lies.
-fn enc_rows<P: Bin, V: Bin>(rows: &[(AccountId, P, V)], f: &mut Vec<u8>) -> Vec<std::ops::Range<usize>> {
+/// A sequence of (account, position, value) rows: its length, then each row; notes where each
+/// value lies.
+fn enc_rows<P: Bin, V: Bin>(
+    rows: &[(AccountId, P, V)],
+    f: &mut Vec<u8>,
+    spans: &mut Vec<std::ops::Range<usize>>,
+) {
     (rows.len() as u64).put(f);
-    rows.iter()
-        .map(|(acc, pos, v)| {
-            acc.put(f);
-            pos.put(f);
-            put(v, f)
-        })
-        .collect()
+    for (acc, pos, v) in rows {
+        acc.put(f);
+        pos.put(f);
+        spans.push(put(v, f));
+    }
 }
 
 /// An option: a 0 or 1 byte, then the value; returns where the value lies.
