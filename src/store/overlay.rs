@@ -25,7 +25,7 @@ use sled::IVec;
 use super::{codec, StoreError};
 
 /// A row to write: key and new value, or `None` to remove it.
-pub type Row = (Vec<u8>, Option<IVec>);
+pub type Row = (codec::Key, Option<IVec>);
 
 /// Reading rows, from sled alone or through the memtables.
 pub trait Rows {
@@ -104,8 +104,11 @@ pub struct RowKey<'a> {
 
 impl RowKey<'_> {
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut k = Vec::with_capacity(self.prefix.len() + 8);
-        k.extend_from_slice(self.prefix);
+        self.to_key().to_vec()
+    }
+
+    pub fn to_key(&self) -> codec::Key {
+        let mut k = codec::Key::from(self.prefix);
         if let Some(s) = self.suffix {
             k.extend_from_slice(&s.to_be_bytes());
         }
@@ -524,7 +527,7 @@ mod tests {
     }
 
     fn put(k: &[u8], v: &[u8]) -> Row {
-        (k.to_vec(), Some(IVec::from(v)))
+        (k.into(), Some(IVec::from(v)))
     }
 
     #[test]
@@ -578,9 +581,9 @@ mod tests {
             db.insert(k, &b"sled"[..]).unwrap();
         }
         let ov = Overlay::default();
-        ov.stage(vec![put(b"a2", b"t1"), put(b"a3", b"t1"), (b"a5".to_vec(), None)], 1);
+        ov.stage(vec![put(b"a2", b"t1"), put(b"a3", b"t1"), (b"a5"[..].into(), None)], 1);
         assert!(ov.freeze().is_some());
-        ov.stage(vec![put(b"a3", b"t2"), put(b"a4", b"t2"), (b"a2".to_vec(), None)], 2);
+        ov.stage(vec![put(b"a3", b"t2"), put(b"a4", b"t2"), (b"a2"[..].into(), None)], 2);
         let fwd = ov.read(&db, |r| r.prefix_rows(b"a")).unwrap();
         let want = vec![
             (b"a1".to_vec(), b"sled".to_vec()),
@@ -643,16 +646,19 @@ mod tests {
 
     /// A key of every shape the engine writes, from a few small numbers (so that keys collide).
     fn any_key() -> impl Strategy<Value = Vec<u8>> {
-        (0u8..8, 1u64..4, 1u128..4, 0u64..12).prop_map(|(shape, u, a, n)| match shape {
-            0 => codec::log_key(u, a, n),
-            1 => codec::change_key(u, n),
-            2 => codec::day_key(codec::DAY, u, a, n as i64 - 6),
-            3 => codec::day_key(codec::TRACK, u, a, n as i64),
-            4 => codec::account_key(u, a),
-            5 => codec::txid_key(u, &format!("id{n}")),
-            6 => codec::user_key(&format!("user{n}")),
-            // Keys of 30 to 41 bytes: prefixes on both sides of the inline limit.
-            _ => codec::user_key(&"u".repeat(29 + n as usize)),
+        (0u8..8, 1u64..4, 1u128..4, 0u64..12).prop_map(|(shape, u, a, n)| {
+            let k = match shape {
+                0 => codec::log_key(u, a, n),
+                1 => codec::change_key(u, n),
+                2 => codec::day_key(codec::DAY, u, a, n as i64 - 6),
+                3 => codec::day_key(codec::TRACK, u, a, n as i64),
+                4 => codec::account_key(u, a),
+                5 => codec::txid_key(u, &format!("id{n}")),
+                6 => codec::user_key(&format!("user{n}")),
+                // Keys of 30 to 41 bytes: prefixes on both sides of the inline limit.
+                _ => codec::user_key(&"u".repeat(29 + n as usize)),
+            };
+            k.to_vec()
         })
     }
 

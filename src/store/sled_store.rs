@@ -29,7 +29,7 @@ fn close_run(run: Option<Run<'_>>, out: &mut Vec<Row>) -> Result<(), StoreError>
             [one] => (*one).clone(),
             many => IVec::from(codec::encode_run(many.iter().map(|v| v.as_ref()))?),
         };
-        out.push((k.to_vec(), Some(v)));
+        out.push((k.to_key(), Some(v)));
     }
     Ok(())
 }
@@ -180,10 +180,10 @@ impl SledStore {
             let mut batch = sled::Batch::default();
             let id = m.account.uuid;
             for (day, sums) in &m.days {
-                batch.insert(codec::day_key(codec::DAY, user_no, id, *day), encode(sums)?);
+                batch.insert(&*codec::day_key(codec::DAY, user_no, id, *day), encode(sums)?);
             }
             for (day, row) in &m.track {
-                batch.insert(codec::day_key(codec::TRACK, user_no, id, *day), encode(row)?);
+                batch.insert(&*codec::day_key(codec::TRACK, user_no, id, *day), encode(row)?);
             }
             batch.insert(k, encode(&m.account)?);
             self.db.apply_batch(batch).map_err(eng)?;
@@ -211,7 +211,7 @@ impl SledStore {
     pub fn apply(&self, op: &Op, seq: u64) -> Result<(), StoreError> {
         let mut rows = Vec::new();
         rows_into(&self.db, &mut rows, op, Some(self.id_secret))?;
-        self.apply_rows(rows.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), Some(seq))
+        self.apply_rows(rows.iter().map(|(k, v)| (&**k, v.as_ref())), Some(seq))
     }
 
     /// Writes rows as one atomic batch, with the journal record they reach if `seq` is given.
@@ -270,16 +270,16 @@ impl SledStore {
                 run = Some((k, seq + 1, vec![v]));
             } else {
                 close_run(run.take(), &mut out)?;
-                out.push((k.to_vec(), v.clone()));
+                out.push((k.to_key(), v.clone()));
             }
             if out.len() >= chunk {
-                self.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None)?;
+                self.apply_rows(out.iter().map(|(k, v)| (&**k, v.as_ref())), None)?;
                 out.clear();
                 pace();
             }
         }
         close_run(run, &mut out)?;
-        self.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), Some(last_seq))?;
+        self.apply_rows(out.iter().map(|(k, v)| (&**k, v.as_ref())), Some(last_seq))?;
         self.flush()
     }
 
@@ -478,7 +478,7 @@ impl Source<'_> {
     fn put<T: serde::Serialize>(
         &self,
         out: &mut Vec<Row>,
-        k: Vec<u8>,
+        k: codec::Key,
         v: &T,
         span: impl FnOnce(&ValueSpans) -> Option<&std::ops::Range<usize>>,
     ) -> Result<(), StoreError> {
@@ -493,13 +493,13 @@ impl Source<'_> {
     }
 }
 
-fn put<T: serde::Serialize>(out: &mut Vec<Row>, k: Vec<u8>, v: &T) -> Result<(), StoreError> {
+fn put<T: serde::Serialize>(out: &mut Vec<Row>, k: codec::Key, v: &T) -> Result<(), StoreError> {
     put_with(out, k, |b| codec::encode_into(v, b))
 }
 
 fn put_with(
     out: &mut Vec<Row>,
-    k: Vec<u8>,
+    k: codec::Key,
     fill: impl FnOnce(&mut Vec<u8>) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     let value = SCRATCH.with(|b| {
@@ -569,7 +569,7 @@ fn rows_from(
             out.push((codec::user_key(&user.user_id), None));
             for tag in codec::USER_TAGS {
                 for (k, _) in r.prefix_rows(&codec::user_prefix(tag, user.user_no))? {
-                    out.push((k.to_vec(), None));
+                    out.push((codec::Key::from(&*k), None));
                 }
             }
         }
@@ -615,7 +615,7 @@ fn change_rows(
         // rows (one per day with activity).
         for tag in [codec::LOG, codec::DAY, codec::TRACK] {
             for (k, _) in r.prefix_rows(&codec::account_prefix(tag, no, *id))? {
-                out.push((k.to_vec(), None));
+                out.push((codec::Key::from(&*k), None));
             }
         }
     }
@@ -714,14 +714,14 @@ mod tests {
         let singles: Vec<Row> = (128..300)
             .map(|n| (codec::log_key(no, a, n), Some(IVec::from(encode(&rec(n)).unwrap()))))
             .collect();
-        s.apply_rows(singles.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None).unwrap();
+        s.apply_rows(singles.iter().map(|(k, v)| (&**k, v.as_ref())), None).unwrap();
         assert_eq!(ids(&read_log(r, no, a, 120, 135).unwrap()), want(120..135));
         assert_eq!(ids(&read_log(r, no, a, 0, 300).unwrap()), want(0..300));
         // Removing the account lists its runs and singles and removes every one.
         let change = Change { removed: vec![(a, 300)], ..Change::default() };
         let mut out = Vec::new();
         change_rows(r, &mut out, Source(None), no, &change, None).unwrap();
-        s.apply_rows(out.iter().map(|(k, v)| (k.as_slice(), v.as_ref())), None).unwrap();
+        s.apply_rows(out.iter().map(|(k, v)| (&**k, v.as_ref())), None).unwrap();
         assert!(read_log(r, no, a, 0, 300).unwrap().is_empty());
         assert_eq!(s.db.scan_prefix(codec::account_prefix(codec::LOG, no, a)).count(), 0);
         assert_eq!(ids(&read_log(r, no, b, 0, 5).unwrap()), want(0..5));
@@ -753,7 +753,7 @@ mod tests {
             ],
             ..Change::default()
         };
-        let txid_rows = |derived: Option<(&IdKey, AccountId)>| -> Vec<Vec<u8>> {
+        let txid_rows = |derived: Option<(&IdKey, AccountId)>| -> Vec<codec::Key> {
             let mut out = Vec::new();
             change_rows(&db.db, &mut out, Source(None), no, &change, derived).unwrap();
             out.into_iter().map(|(k, _)| k).filter(|k| k.first() == Some(&codec::MAIN_TXID)).collect()
