@@ -7,7 +7,7 @@ use crate::app::App;
 use crate::auth::limits::Failure;
 use crate::domain::dates::{fmt_millis, parse_date};
 use crate::domain::num::Dec;
-use crate::domain::tree::Tree;
+use crate::domain::tree::{Text, Tree};
 use crate::http::json::Obj;
 use crate::http::params::{check_len, money_cents, PVal};
 use crate::http::response::ApiError;
@@ -53,10 +53,10 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let root = uuid::Uuid::new_v4().as_u128();
     let tree = Tree::new_user(root, initial);
     let user = UserRecord {
-        user_id: user_id.clone(),
+        user_id: user_id.as_str().into(),
         user_no: guard.new_user_no().await?,
-        password_hash,
-        role: "user".into(),
+        password_hash: password_hash.map(Text::from),
+        role: Text::Static("user"),
         created_at: rq.now(),
         root,
         ledger: tree.ledger.clone(),
@@ -84,7 +84,7 @@ pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     }
     // Through the cache: it holds every acknowledged write, storage may still be applying some.
     let record = app.users.snapshot(&user_id).await?.map(|s| s.user.clone());
-    let hash = record.as_ref().and_then(|r| r.password_hash.clone());
+    let hash = record.as_ref().and_then(|r| r.password_hash.as_ref()).map(|h| h.to_string());
     let ok = app.passwords.verify(password, hash).await.map_err(ApiError::Internal)?;
     let Some(record) = record.filter(|_| ok) else {
         return Err(match app.login_backoff.fail(&user_id, t) {
@@ -102,8 +102,8 @@ pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let iat = rq.now();
     let ttl = app.cfg.token_ttl_seconds;
     let mut claims = Map::new();
-    claims.insert("user_id".into(), Value::String(record.user_id.clone()));
-    claims.insert("role".into(), Value::String(record.role.clone()));
+    claims.insert("user_id".into(), Value::String(record.user_id.to_string()));
+    claims.insert("role".into(), Value::String(record.role.to_string()));
     claims.insert("iat".into(), Value::from(iat));
     claims.insert("exp".into(), Value::from(iat.saturating_add(ttl as i64)));
     let token = app.jwt.sign(&claims).map_err(ApiError::Internal)?;

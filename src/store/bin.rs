@@ -349,9 +349,9 @@ mod tests {
             let ledger = Ledger { initial_balance: n[0] as i64, deposits: n[1], withdrawals: n[2] };
             same(&ledger)?;
             same(&UserRecord {
-                user_id: name.clone(),
+                user_id: name.as_str().into(),
                 user_no: n[3] as u64,
-                password_hash: deposit.then(|| name.repeat(3)),
+                password_hash: deposit.then(|| name.repeat(3).into()),
                 role: "user".into(),
                 created_at: n[4] as i64,
                 root: n[5] as u128,

@@ -1456,7 +1456,7 @@ mod tests {
             main_txids: vec!["a".into(), format!("{}", at(3)).into()],
         };
         let user = UserRecord {
-            user_id: format!("user{}", at(0)),
+            user_id: format!("user{}", at(0)).into(),
             user_no: at(1) as u64,
             password_hash: (shape & 8 != 0).then(|| "h".into()),
             role: "user".into(),
@@ -1521,7 +1521,7 @@ mod tests {
     fn op(n: u64) -> Op {
         Op::DeleteUser {
             user: UserRecord {
-                user_id: format!("u{n}"),
+                user_id: format!("u{n}").into(),
                 user_no: n,
                 password_hash: None,
                 role: "user".into(),
@@ -1621,7 +1621,7 @@ mod tests {
             .flat_map(|s| {
                 let mut o = op(s);
                 if let Op::DeleteUser { user } = &mut o {
-                    user.user_id = format!("u{s}-{}", "x".repeat(700));
+                    user.user_id = format!("u{s}-{}", "x".repeat(700)).into();
                 }
                 encode_frame(s, &o).unwrap()
             })

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::engine::{Change, TxRecord};
-use crate::domain::tree::{AccountId, Ledger, Tree};
+use crate::domain::tree::{AccountId, Ledger, Text, Tree};
 
 #[derive(Debug)]
 pub enum StoreError {
@@ -62,11 +62,12 @@ impl std::error::Error for StoreError {}
 /// The stored user record (SPEC 2.7) plus the tree's root and lifetime ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserRecord {
-    pub user_id: String,
+    /// Text (shared, not copied): every write copies its user's record twice.
+    pub user_id: Text,
     /// Internal fixed-width key of this user's rows; never reused.
     pub user_no: u64,
-    pub password_hash: Option<String>,
-    pub role: String,
+    pub password_hash: Option<Text>,
+    pub role: Text,
     pub created_at: i64,
     pub root: AccountId,
     pub ledger: Ledger,

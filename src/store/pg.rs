@@ -378,13 +378,14 @@ async fn apply(c: &ClientWrapper, op: &Op) -> Result<u64, StoreError> {
                 )
                 .await
                 .map_err(pg_err)?;
-            let row = c.query_one(&st, &[&no, &user.user_id, &encode(user)?]).await.map_err(|e| {
-                if is_unique(&e, "users_user_id_key") {
-                    StoreError::UserExists
-                } else {
-                    pg_err(e)
-                }
-            })?;
+            let row =
+                c.query_one(&st, &[&no, &user.user_id.as_str(), &encode(user)?]).await.map_err(|e| {
+                    if is_unique(&e, "users_user_id_key") {
+                        StoreError::UserExists
+                    } else {
+                        pg_err(e)
+                    }
+                })?;
             let version = unsigned(col(&row, 0)?)?;
             change_rows(c, no, user.root, change).await?;
             if let Some(row) = sync {
