@@ -760,8 +760,12 @@ fn append_loop(
         // Once the journal's tail is unknown (a failed append could not be cut off), nothing more
         // is appended after it: every later entry fails until a restart sorts the tail out.
         let broken = shared.broken.load(Ordering::Acquire);
-        let (live, dead): (Vec<Entry>, Vec<Entry>) =
-            batch.into_iter().partition(|e| !broken && !poisoned.contains_key(&e.basis));
+        // (An entry is most of a KB: the usual batch, all of it live, is not copied apart.)
+        let (live, dead): (Vec<Entry>, Vec<Entry>) = if !broken && poisoned.is_empty() {
+            (batch, Vec::new())
+        } else {
+            batch.into_iter().partition(|e| !broken && !poisoned.contains_key(&e.basis))
+        };
         let failed: Vec<Op> = Vec::new();
         // Ids of refused operations leave the 409 index before their answer goes out, so a
         // retry is never told "already made".
