@@ -118,12 +118,14 @@ const CATCH_UP_LIMIT: Duration = Duration::from_secs(10);
 /// Longest pause between two attempts to bring a failed sled back.
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
+/// The operation is boxed: it is about half a KB, and an entry is moved from queue to batch to
+/// applier.
 struct Entry {
     seq: u64,
     basis: u64,
     frame: Vec<u8>,
     spans: Option<ValueSpans>,
-    op: Op,
+    op: Box<Op>,
     ack: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -131,7 +133,7 @@ struct Entry {
 /// its row values, see [`ValueSpans`]).
 struct Durable {
     seq: u64,
-    op: Op,
+    op: Box<Op>,
     frame: Vec<u8>,
     spans: Option<ValueSpans>,
 }
@@ -769,7 +771,7 @@ fn append_loop(
         let failed: Vec<Op> = Vec::new();
         // Ids of refused operations leave the 409 index before their answer goes out, so a
         // retry is never told "already made".
-        forget_txids(shared, dead.iter().map(|e| &e.op));
+        forget_txids(shared, dead.iter().map(|e| &*e.op));
         for e in dead {
             let err = if broken {
                 StoreError::Engine("the journal takes no writes until a restart".into())
@@ -863,7 +865,7 @@ fn append_loop(
                     shared.broken.store(true, Ordering::Release);
                 }
                 let msg = format!("journal append failed: {err}");
-                forget_txids(shared, live.iter().map(|e| &e.op));
+                forget_txids(shared, live.iter().map(|e| &*e.op));
                 for e in live {
                     poisoned.insert(e.basis, ());
                     let r = if cut.is_ok() {
@@ -929,7 +931,7 @@ fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>, ctx: Sender<Arc<M
             for d in &h.durable {
                 stage(&shared, d);
             }
-            forget_txids(&shared, h.durable.iter().map(|d| &d.op).chain(h.failed.iter()));
+            forget_txids(&shared, h.durable.iter().map(|d| &*d.op).chain(h.failed.iter()));
             shared.processed.store(h.last_seq, Ordering::Release);
             shared.caught_up.notify_waiters();
             since_checkpoint += h.journal_bytes;
@@ -1371,9 +1373,9 @@ impl Store for JournalStore {
                     *m.entry(id.clone()).or_insert(0) += 1;
                 }
             }
-            if let Err(back) = tx.send(Entry { seq, basis, frame, spans, op, ack }) {
+            if let Err(back) = tx.send(Entry { seq, basis, frame, spans, op: Box::new(op), ack }) {
                 // Never queued: its ids must not answer 409 later.
-                forget_txids(&self.shared, std::iter::once(&back.0.op));
+                forget_txids(&self.shared, std::iter::once(&*back.0.op));
                 return Err(StoreError::Engine("the journal thread stopped".into()));
             }
             sub.next_seq += 1;
