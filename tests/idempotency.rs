@@ -179,7 +179,7 @@ impl Store for HeldAcks {
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         self.inner.new_user_no()
     }
-    fn commit(&self, op: Op, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
+    fn commit(&self, op: Box<Op>, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
         let durable = self.inner.commit(op, basis);
         let mut open = self.open.subscribe();
         let hold = !*open.borrow();

@@ -1353,7 +1353,7 @@ impl Store for JournalStore {
         Box::pin(async move { self.shared.with_sled(|s| s.new_user_no()) })
     }
 
-    fn commit(&self, op: Op, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
+    fn commit(&self, op: Box<Op>, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
         let timer = crate::metrics::CommitTimer::start(op.rows());
         let (ack, rx) = tokio::sync::oneshot::channel();
         let queued = (|| {
@@ -1373,7 +1373,7 @@ impl Store for JournalStore {
                     *m.entry(id.clone()).or_insert(0) += 1;
                 }
             }
-            if let Err(back) = tx.send(Entry { seq, basis, frame, spans, op: Box::new(op), ack }) {
+            if let Err(back) = tx.send(Entry { seq, basis, frame, spans, op, ack }) {
                 // Never queued: its ids must not answer 409 later.
                 forget_txids(&self.shared, std::iter::once(&*back.0.op));
                 return Err(StoreError::Engine("the journal thread stopped".into()));

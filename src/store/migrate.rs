@@ -117,7 +117,10 @@ pub async fn migrate(from: &Side, to: &Side) -> Result<Report, StoreError> {
         whole.record.user_no = to.store().new_user_no().await?;
         report.records += whole.change.records.len();
         to.store()
-            .commit(Op::Commit { user: whole.record, change: whole.change, sync: None, idem: None }, 0)
+            .commit(
+                Box::new(Op::Commit { user: whole.record, change: whole.change, sync: None, idem: None }),
+                0,
+            )
             .await?;
         report.users += 1;
     }

@@ -206,7 +206,7 @@ pub trait WriteTxn: Send + Sync {
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
     /// Writes `op` and commits; resolves with the user's new version once durable. On error
     /// the outcome may be unknown (a connection lost during COMMIT).
-    fn commit(self: Box<Self>, op: Op) -> BoxFuture<'static, Result<u64, StoreError>>;
+    fn commit(self: Box<Self>, op: Box<Op>) -> BoxFuture<'static, Result<u64, StoreError>>;
 }
 
 /// What a storage engine must provide, in domain terms: no handler builds a key or sees the
@@ -247,8 +247,9 @@ pub trait Store: Send + Sync + 'static {
     /// Orders `op` after every operation committed before this call returns, and resolves once
     /// it is on stable storage. `basis` names the state the operation was computed from: once
     /// an operation fails, every later operation with the same basis fails too, so nothing built
-    /// on a lost write ever becomes durable.
-    fn commit(&self, op: Op, basis: u64) -> BoxFuture<'static, Result<(), StoreError>>;
+    /// on a lost write ever becomes durable. (Boxed: an operation is about half a KB, and it
+    /// passes through several futures and a queue.)
+    fn commit(&self, op: Box<Op>, basis: u64) -> BoxFuture<'static, Result<(), StoreError>>;
     /// Whether the engine can take writes (readiness).
     fn healthy(&self) -> bool {
         true

@@ -573,7 +573,7 @@ impl WriteTxn for PgWrite {
         Box::pin(async move { next_user_no(self.txn.c()?).await })
     }
 
-    fn commit(self: Box<Self>, op: Op) -> BoxFuture<'static, Result<u64, StoreError>> {
+    fn commit(self: Box<Self>, op: Box<Op>) -> BoxFuture<'static, Result<u64, StoreError>> {
         Box::pin(async move {
             let _timer = crate::metrics::CommitTimer::start(op.rows());
             let version = apply(self.txn.c()?, &op).await?;
@@ -728,7 +728,7 @@ impl Store for PgStore {
 
     /// Commits `op` in a transaction of its own (writes of the service go through
     /// [`SharedStore::begin_write`] instead, which also locks the user's row first).
-    fn commit(&self, op: Op, _basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
+    fn commit(&self, op: Box<Op>, _basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
         let pool = self.pool.clone();
         Box::pin(async move {
             let obj = pool.get().await.map_err(pool_err)?;

@@ -381,7 +381,7 @@ impl Users {
         let change = Change { ledger: cur.tree.ledger.clone(), ..Change::default() };
         let next = UserState { idem: Arc::new(table), ..(*cur).clone() };
         let op = Op::Commit { user: cur.user.clone(), change, sync: None, idem: Some(w) };
-        guard.finish(op, cur.basis, Some(next)).await
+        guard.finish(Box::new(op), cur.basis, Some(Arc::new(next))).await
     }
 
     /// Takes the user's write lock (FIFO), loading the state if needed.
@@ -469,7 +469,7 @@ impl WriteGuard<'_> {
         };
         let next =
             UserState { user: user.clone(), tree, basis: cur.basis, version: 0, knowledge, idem: table };
-        self.finish(Op::Commit { user, change, sync, idem }, cur.basis, Some(next)).await
+        self.finish(Box::new(Op::Commit { user, change, sync, idem }), cur.basis, Some(Arc::new(next))).await
     }
 
     /// Commits a new user with its first tree (every account new, nothing logged yet).
@@ -488,18 +488,21 @@ impl WriteGuard<'_> {
         let sync = SyncRow::of(1, &change);
         let knowledge = sync.as_ref().map_or(0, |r| r.knowledge);
         let next = UserState { user: user.clone(), tree, basis, version: 0, knowledge, idem: Arc::default() };
-        self.finish(Op::Commit { user, change, sync, idem: None }, basis, Some(next)).await
+        self.finish(Box::new(Op::Commit { user, change, sync, idem: None }), basis, Some(Arc::new(next)))
+            .await
     }
 
     /// Removes the current user and every row of its tree.
     pub async fn delete_user(self) -> Result<(), StoreError> {
         let cur = self.current.clone().ok_or_else(|| StoreError::Engine("delete without a user".into()))?;
-        self.finish(Op::DeleteUser { user: cur.user.clone() }, cur.basis, None).await
+        self.finish(Box::new(Op::DeleteUser { user: cur.user.clone() }), cur.basis, None).await
     }
 
     /// Queues `op` under the lock, makes `next` the state the next writer builds on, releases
     /// the lock, then waits for durability and publishes `next` to readers.
-    async fn finish(self, op: Op, basis: u64, next: Option<UserState>) -> Result<(), StoreError> {
+    /// (The operation comes boxed and the state is put in its `Arc` before any wait: both are
+    /// large, and a future holds its arguments at every level it passes through.)
+    async fn finish(self, op: Box<Op>, basis: u64, next: Option<Arc<UserState>>) -> Result<(), StoreError> {
         let WriteGuard { slot, _lock: lock, users, txn, .. } = self;
         if let Some(txn) = txn {
             // Shared engine: commit under both locks, then publish with the new version.
@@ -508,8 +511,9 @@ impl WriteGuard<'_> {
             match result {
                 Ok(version) => {
                     *st = Some(next.map(|mut s| {
-                        s.version = version;
-                        Arc::new(s)
+                        // Nothing else holds it yet: the state is only published here.
+                        Arc::make_mut(&mut s).version = version;
+                        s
                     }));
                     Ok(())
                 }
@@ -521,7 +525,7 @@ impl WriteGuard<'_> {
                 }
             }
         } else {
-            Self::finish_pipelined(slot, lock, users, op, basis, next.map(Arc::new)).await
+            Self::finish_pipelined(slot, lock, users, op, basis, next).await
         }
     }
 
@@ -529,13 +533,13 @@ impl WriteGuard<'_> {
         slot: Arc<Slot>,
         lock: tokio::sync::OwnedMutexGuard<()>,
         users: &Users,
-        op: Op,
+        op: Box<Op>,
         basis: u64,
         next: Option<Arc<UserState>>,
     ) -> Result<(), StoreError> {
         let gen = slot.next_gen.fetch_add(1, Ordering::Relaxed) + 1;
         slot.in_flight.fetch_add(1, Ordering::AcqRel);
-        if matches!(op, Op::DeleteUser { .. }) {
+        if matches!(*op, Op::DeleteUser { .. }) {
             slot.gone_basis.store(basis, Ordering::Release);
         }
         let durable = users.store.commit(op, basis);
