@@ -72,8 +72,9 @@ pub fn generate_id() -> String {
 pub struct Ctx<'a> {
     pub tree: &'a mut Tree,
     pub now: i64,
-    /// New records in creation order, with the account they belong to.
-    pub records: Vec<(AccountId, TxRecord)>,
+    /// New records in creation order, with the account they belong to and their sequence
+    /// number in its log (so the change takes this list as it is).
+    pub records: Vec<(AccountId, u64, TxRecord)>,
     /// Accounts whose stored form changed.
     pub dirty: BTreeSet<AccountId>,
     /// Day rows written: (account, day).
@@ -120,34 +121,15 @@ impl<'a> Ctx<'a> {
     /// Everything this mutation changed, read from the working tree.
     pub fn finish(self) -> Change {
         let t = &*self.tree;
-        // Records were appended in order; the account's final log_len tells each one's sequence.
-        // A list, not a map: an operation touches a few accounts (a map cost two allocations
-        // and a hash per record).
-        let mut next_seq: Vec<(AccountId, u64)> = Vec::new();
-        for (acc, _) in &self.records {
-            match next_seq.iter_mut().find(|e| e.0 == *acc) {
-                Some(e) => e.1 += 1,
-                None => next_seq.push((*acc, 1)),
-            }
-        }
         // Records of accounts deleted later in the operation are dropped with them.
-        next_seq.retain_mut(|(acc, n)| match t.get(*acc) {
-            Some(a) => {
-                *n = a.log_len - *n;
-                true
-            }
-            None => false,
-        });
-        let mut records = Vec::with_capacity(self.records.len());
+        let mut records = self.records;
+        records.retain(|(acc, _, _)| t.get(*acc).is_some());
         let mut main_txids = Vec::new();
-        for (acc, rec) in self.records {
-            let Some((_, seq)) = next_seq.iter_mut().find(|e| e.0 == acc) else { continue };
+        for (acc, _, rec) in &records {
             // A split's debit of main carries the credit's id: index each id once.
-            if acc == t.root && !main_txids.contains(&rec.id) {
+            if *acc == t.root && !main_txids.contains(&rec.id) {
                 main_txids.push(rec.id.clone());
             }
-            records.push((acc, *seq, rec));
-            *seq += 1;
         }
         Change {
             accounts: self.dirty.iter().filter_map(|id| t.accounts.get(id).cloned()).collect(),
@@ -251,6 +233,7 @@ impl<'a> Ctx<'a> {
             sums.wd_user = amt;
         }
         acc.days.add(day_of(date), &sums);
+        let seq = acc.log_len;
         acc.log_len += 1;
         self.days.insert((x, day_of(date)));
         self.bubble(x, if deposit { amt } else { -amt }, 0)?;
@@ -266,7 +249,7 @@ impl<'a> Ctx<'a> {
             overall_balance: acc.sub_balance,
             date,
         };
-        self.records.push((x, rec));
+        self.records.push((x, seq, rec));
         Ok(id)
     }
 
