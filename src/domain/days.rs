@@ -111,7 +111,9 @@ impl Bucket {
 /// when a write goes to another day.
 #[derive(Debug, Clone, Default)]
 pub struct DayLedger {
-    hist: Arc<Hist>,
+    /// `None` until a day is folded in: an account with one day of history (a fresh one) is
+    /// then copied without touching a reference count.
+    hist: Option<Arc<Hist>>,
     pending: Option<(i64, DaySums)>,
 }
 
@@ -131,7 +133,7 @@ impl DayLedger {
             Some((d, s)) if *d == day => s.add(delta),
             _ => {
                 if let Some((d, s)) = self.pending.take() {
-                    Arc::make_mut(&mut self.hist).add(d, &s);
+                    Arc::make_mut(self.hist.get_or_insert_default()).add(d, &s);
                 }
                 self.pending = Some((day, *delta));
             }
@@ -146,7 +148,7 @@ impl DayLedger {
 
     /// The sums of one day.
     pub fn day(&self, day: i64) -> DaySums {
-        let mut s = self.hist.day(day);
+        let mut s = self.hist.as_ref().map(|h| h.day(day)).unwrap_or_default();
         if let Some((_, p)) = self.pending_in(day, day) {
             s.add(&p);
         }
@@ -155,7 +157,7 @@ impl DayLedger {
 
     /// Sums over `[from, to]`.
     pub fn range(&self, from: i64, to: i64) -> DaySums {
-        let mut s = self.hist.range(from, to);
+        let mut s = self.hist.as_ref().map(|h| h.range(from, to)).unwrap_or_default();
         if let Some((_, p)) = self.pending_in(from, to) {
             s.add(&p);
         }
@@ -165,7 +167,7 @@ impl DayLedger {
     /// The per-day sums of the days in `[from, to]` that have records, in day order.
     pub fn daily(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, DaySums)> + '_ {
         let mut pending = self.pending_in(from, to);
-        let mut hist = self.hist.daily(from, to).peekable();
+        let mut hist = self.hist.iter().flat_map(move |h| h.daily(from, to)).peekable();
         std::iter::from_fn(move || match (hist.peek(), pending) {
             (Some(&(d, _)), Some((p, _))) if d < p => hist.next(),
             (Some(&(d, mut s)), Some((p, ps))) if d == p => {
@@ -283,7 +285,8 @@ type TrackBucket = Vec<(i64, TrackRow)>;
 /// a tracked envelope writes today's row).
 #[derive(Debug, Clone, Default)]
 pub struct TrackLog {
-    hist: Arc<TrackHist>,
+    /// `None` until a day is folded in (most accounts track nothing).
+    hist: Option<Arc<TrackHist>>,
     pending: Option<(i64, TrackRow)>,
 }
 
@@ -301,7 +304,7 @@ impl TrackLog {
             Some((d, r)) if *d == day => *r = row,
             _ => {
                 if let Some((d, r)) = self.pending.take() {
-                    Arc::make_mut(&mut self.hist).insert(d, r);
+                    Arc::make_mut(self.hist.get_or_insert_default()).insert(d, r);
                 }
                 self.pending = Some((day, row));
             }
@@ -314,7 +317,7 @@ impl TrackLog {
 
     /// The latest row dated inside `[from, to]` (the pending row replaces its day's).
     pub fn latest(&self, from: i64, to: i64) -> Option<TrackRow> {
-        match (self.hist.latest(from, to), self.pending_in(from, to)) {
+        match (self.hist.as_ref().and_then(|h| h.latest(from, to)), self.pending_in(from, to)) {
             (Some((d, r)), Some((p, _))) if d > p => Some(r),
             (_, Some((_, r))) => Some(r),
             (h, None) => h.map(|(_, r)| r),
@@ -324,7 +327,7 @@ impl TrackLog {
     /// Every row dated inside `[from, to]`, in day order.
     pub fn range(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, TrackRow)> + '_ {
         let mut pending = self.pending_in(from, to);
-        let mut hist = self.hist.range(from, to).peekable();
+        let mut hist = self.hist.iter().flat_map(move |h| h.range(from, to)).peekable();
         std::iter::from_fn(move || match (hist.peek(), pending) {
             (Some(&(d, _)), Some((p, _))) if d < p => hist.next(),
             (Some(&(d, _)), Some(p)) if d == p.0 => {
@@ -462,7 +465,7 @@ mod tests {
         let before = l.clone();
         l.add(6, &sums(1));
         // Day 5 went into the history: only its bucket was copied, every other is still shared.
-        let (a, b) = (&l.hist.buckets, &before.hist.buckets);
+        let (a, b) = (&l.hist.as_ref().unwrap().buckets, &before.hist.as_ref().unwrap().buckets);
         let shared = a.iter().zip(b).filter(|(a, b)| Arc::ptr_eq(&a.1, &b.1)).count();
         assert_eq!(shared, a.len() - 1);
         assert_eq!(l.day(5), times(1, 2));
@@ -478,12 +481,27 @@ mod tests {
         let before = t.clone();
         t.insert(99, row(-1));
         t.insert(99, row(-2));
-        assert!(Arc::ptr_eq(&t.hist, &before.hist));
+        assert!(Arc::ptr_eq(t.hist.as_ref().unwrap(), before.hist.as_ref().unwrap()));
         assert_eq!(t.latest(0, 99), Some(row(-2)));
         assert_eq!(before.latest(0, 99), Some(row(99)));
         t.insert(5, row(-5));
         assert_eq!(t.latest(99, 99), Some(row(-2)));
         assert_eq!(t.latest(0, 5), Some(row(-5)));
+    }
+
+    #[test]
+    fn one_day_of_history_has_no_shared_part() {
+        let mut l = DayLedger::default();
+        let mut t = TrackLog::default();
+        for _ in 0..3 {
+            l.add(3, &sums(1));
+            t.insert(3, TrackRow { amount_due: 1, balance: 2 });
+        }
+        assert!(l.hist.is_none() && t.hist.is_none());
+        assert_eq!(l.range(0, 9), times(1, 3));
+        l.add(4, &sums(1));
+        t.insert(4, TrackRow { amount_due: 1, balance: 2 });
+        assert!(l.hist.is_some() && t.hist.is_some());
     }
 
     #[test]
@@ -497,7 +515,7 @@ mod tests {
         for _ in 0..3 {
             l2.add(99, &sums(1));
         }
-        assert!(Arc::ptr_eq(&l2.hist, &before.hist));
+        assert!(Arc::ptr_eq(l2.hist.as_ref().unwrap(), before.hist.as_ref().unwrap()));
         assert_eq!(l2.day(99), times(1, 4));
         assert_eq!(before.day(99), sums(1));
         let mut want = before.range(0, 99);
