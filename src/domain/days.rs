@@ -141,15 +141,10 @@ impl DayLedger {
         self.day(day)
     }
 
-    /// The pending sums, if its day lies in `[from, to]`.
-    fn pending_in(&self, from: i64, to: i64) -> Option<(i64, DaySums)> {
-        self.pending.filter(|(d, _)| from <= *d && *d <= to)
-    }
-
     /// The sums of one day.
     pub fn day(&self, day: i64) -> DaySums {
         let mut s = self.hist.as_ref().map(|h| h.day(day)).unwrap_or_default();
-        if let Some((_, p)) = self.pending_in(day, day) {
+        if let Some((_, p)) = within_days(self.pending, day, day) {
             s.add(&p);
         }
         s
@@ -158,7 +153,7 @@ impl DayLedger {
     /// Sums over `[from, to]`.
     pub fn range(&self, from: i64, to: i64) -> DaySums {
         let mut s = self.hist.as_ref().map(|h| h.range(from, to)).unwrap_or_default();
-        if let Some((_, p)) = self.pending_in(from, to) {
+        if let Some((_, p)) = within_days(self.pending, from, to) {
             s.add(&p);
         }
         s
@@ -166,23 +161,40 @@ impl DayLedger {
 
     /// The per-day sums of the days in `[from, to]` that have records, in day order.
     pub fn daily(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, DaySums)> + '_ {
-        let mut pending = self.pending_in(from, to);
-        let mut hist = self.hist.iter().flat_map(move |h| h.daily(from, to)).peekable();
-        std::iter::from_fn(move || match (hist.peek(), pending) {
-            (Some(&(d, _)), Some((p, _))) if d < p => hist.next(),
-            (Some(&(d, mut s)), Some((p, ps))) if d == p => {
-                hist.next();
-                pending = None;
-                s.add(&ps);
-                Some((d, s))
-            }
-            (_, Some(p)) => {
-                pending = None;
-                Some(p)
-            }
-            (_, None) => hist.next(),
+        let hist = self.hist.iter().flat_map(move |h| h.daily(from, to));
+        with_pending(hist, within_days(self.pending, from, to), |mut h, p| {
+            h.add(&p);
+            h
         })
     }
+}
+
+/// `pending`, if its day lies in `[from, to]`.
+fn within_days<T: Copy>(pending: Option<(i64, T)>, from: i64, to: i64) -> Option<(i64, T)> {
+    pending.filter(|(d, _)| from <= *d && *d <= to)
+}
+
+/// The rows of `hist` (in day order) with the pending row merged in at its day: beside them,
+/// or `combine`d with the history's row of the same day.
+fn with_pending<T: Copy>(
+    hist: impl Iterator<Item = (i64, T)>,
+    mut pending: Option<(i64, T)>,
+    combine: impl Fn(T, T) -> T,
+) -> impl Iterator<Item = (i64, T)> {
+    let mut hist = hist.peekable();
+    std::iter::from_fn(move || match (hist.peek(), pending) {
+        (Some(&(d, _)), Some((p, _))) if d < p => hist.next(),
+        (Some(&(d, h)), Some((p, pv))) if d == p => {
+            hist.next();
+            pending = None;
+            Some((d, combine(h, pv)))
+        }
+        (_, Some(p)) => {
+            pending = None;
+            Some(p)
+        }
+        (_, None) => hist.next(),
+    })
 }
 
 /// The folded history of a [`DayLedger`].
@@ -311,13 +323,9 @@ impl TrackLog {
         }
     }
 
-    fn pending_in(&self, from: i64, to: i64) -> Option<(i64, TrackRow)> {
-        self.pending.filter(|(d, _)| from <= *d && *d <= to)
-    }
-
     /// The latest row dated inside `[from, to]` (the pending row replaces its day's).
     pub fn latest(&self, from: i64, to: i64) -> Option<TrackRow> {
-        match (self.hist.as_ref().and_then(|h| h.latest(from, to)), self.pending_in(from, to)) {
+        match (self.hist.as_ref().and_then(|h| h.latest(from, to)), within_days(self.pending, from, to)) {
             (Some((d, r)), Some((p, _))) if d > p => Some(r),
             (_, Some((_, r))) => Some(r),
             (h, None) => h.map(|(_, r)| r),
@@ -326,21 +334,9 @@ impl TrackLog {
 
     /// Every row dated inside `[from, to]`, in day order.
     pub fn range(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, TrackRow)> + '_ {
-        let mut pending = self.pending_in(from, to);
-        let mut hist = self.hist.iter().flat_map(move |h| h.range(from, to)).peekable();
-        std::iter::from_fn(move || match (hist.peek(), pending) {
-            (Some(&(d, _)), Some((p, _))) if d < p => hist.next(),
-            (Some(&(d, _)), Some(p)) if d == p.0 => {
-                hist.next();
-                pending = None;
-                Some(p)
-            }
-            (_, Some(p)) => {
-                pending = None;
-                Some(p)
-            }
-            (_, None) => hist.next(),
-        })
+        let hist = self.hist.iter().flat_map(move |h| h.range(from, to));
+        // The pending row replaces its day's.
+        with_pending(hist, within_days(self.pending, from, to), |_, p| p)
     }
 }
 
