@@ -131,27 +131,21 @@ struct Bucket {
     whole: Option<Option<IVec>>,
     /// Rows keyed prefix + suffix, sorted by suffix.
     tail: Vec<(u64, Option<IVec>)>,
-    /// The last suffix in `tail` (when it has rows). Kept here because reading it from `tail`
-    /// was a cache miss on most inserts (profiled: half the applier's time in its own code):
-    /// an append now only writes to `tail`.
-    last: u64,
 }
 
 impl Bucket {
     /// Puts a row; returns the value it replaced, if the row was here.
     fn put(&mut self, suffix: u64, v: Option<IVec>) -> Option<Option<IVec>> {
-        if self.tail.is_empty() || self.last < suffix {
-            self.tail.push((suffix, v));
-            self.last = suffix;
-            return None;
+        match self.tail.last_mut() {
+            None => self.tail.push((suffix, v)),
+            Some(last) if last.0 < suffix => self.tail.push((suffix, v)),
+            Some(last) if last.0 == suffix => return Some(std::mem::replace(&mut last.1, v)),
+            Some(_) => match self.tail.binary_search_by_key(&suffix, |e| e.0) {
+                Ok(i) => return Some(std::mem::replace(&mut self.tail[i].1, v)),
+                Err(i) => self.tail.insert(i, (suffix, v)),
+            },
         }
-        match self.tail.binary_search_by_key(&suffix, |e| e.0) {
-            Ok(i) => Some(std::mem::replace(&mut self.tail[i].1, v)),
-            Err(i) => {
-                self.tail.insert(i, (suffix, v));
-                None
-            }
-        }
+        None
     }
 
     fn get(&self, suffix: Option<u64>) -> Option<&Option<IVec>> {
@@ -202,52 +196,12 @@ fn split(k: &[u8]) -> (&[u8], Option<u64>) {
     }
 }
 
-/// A bucket's prefix as the index keeps it: inline when short (every account's prefix is),
-/// so finding a bucket compares bytes already in the index's own memory; a boxed key was a
-/// cache miss on most inserts (profiled).
-#[derive(Clone, PartialEq, Eq)]
-enum Prefix {
-    Inline(u8, [u8; INLINE_PREFIX]),
-    Boxed(Box<[u8]>),
-}
-
-const INLINE_PREFIX: usize = 32;
-
-impl Prefix {
-    fn new(p: &[u8]) -> Prefix {
-        match u8::try_from(p.len()) {
-            Ok(n) if p.len() <= INLINE_PREFIX => {
-                let mut b = [0u8; INLINE_PREFIX];
-                b[..p.len()].copy_from_slice(p);
-                Prefix::Inline(n, b)
-            }
-            _ => Prefix::Boxed(p.into()),
-        }
-    }
-}
-
-impl std::borrow::Borrow<[u8]> for Prefix {
-    fn borrow(&self) -> &[u8] {
-        match self {
-            Prefix::Inline(n, b) => &b[..usize::from(*n)],
-            Prefix::Boxed(b) => b,
-        }
-    }
-}
-
-// Hashed as the bytes are, so the index is searched by `&[u8]` (Borrow's rule).
-impl std::hash::Hash for Prefix {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        std::borrow::Borrow::<[u8]>::borrow(self).hash(h)
-    }
-}
-
 #[derive(Default)]
 pub struct Memtable {
     buckets: Vec<Bucket>,
     /// Buckets by prefix, for inserts and single reads (a hash: no chain of key comparisons;
     /// prefixes are made by the server, so a fast seeded hash is enough)...
-    index: HashMap<Prefix, usize, foldhash::fast::RandomState>,
+    index: HashMap<Box<[u8]>, usize, foldhash::fast::RandomState>,
     /// ...and in key order, for ranges and checkpoints. A prefix is new only with a new user,
     /// account or tag, so this map changes rarely.
     order: BTreeMap<Box<[u8]>, usize>,
@@ -292,7 +246,7 @@ impl Memtable {
             None => {
                 let i = self.buckets.len();
                 self.buckets.push(Bucket::default());
-                self.index.insert(Prefix::new(p), i);
+                self.index.insert(p.into(), i);
                 self.order.insert(p.into(), i);
                 i
             }
@@ -655,7 +609,7 @@ mod tests {
                 4 => codec::account_key(u, a),
                 5 => codec::txid_key(u, &format!("id{n}")),
                 6 => codec::user_key(&format!("user{n}")),
-                // Keys of 30 to 41 bytes: prefixes on both sides of the inline limit.
+                // Keys of 30 to 41 bytes: on both sides of `codec::Key`'s inline size.
                 _ => codec::user_key(&"u".repeat(29 + n as usize)),
             };
             k.to_vec()
