@@ -281,11 +281,8 @@ fn encode_commit(
     }
     c.removed.put(f);
     enc_rows(&c.records, f, &mut s.rows);
-    s.starts[0] = c.accounts.len();
     enc_rows(&c.days, f, &mut s.rows);
-    s.starts[1] = s.starts[0] + c.records.len();
     enc_rows(&c.track, f, &mut s.rows);
-    s.starts[2] = s.starts[1] + c.days.len();
     c.ledger.put(f);
     c.main_txids.put(f);
     s.sync = put_option(sync, f);

@@ -451,22 +451,12 @@ thread_local! {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ValueSpans {
     pub user: std::ops::Range<usize>,
-    /// The accounts', records', day rows' and tracker rows' values, in that order, in one list
-    /// (one allocation where four lists were four)...
+    /// The values of the change's accounts, records, day rows and tracker rows, in that order,
+    /// in one list (one allocation where four lists were four); where each part starts follows
+    /// from the change's own lengths.
     pub rows: Vec<std::ops::Range<usize>>,
-    /// ...where the records, the day rows and the tracker rows start.
-    pub starts: [usize; 3],
     pub sync: Option<std::ops::Range<usize>>,
     pub idem_put: Option<std::ops::Range<usize>>,
-}
-
-impl ValueSpans {
-    /// The `i`th value of part `part` (0 accounts, 1 records, 2 days, 3 tracker rows).
-    fn get(&self, part: usize, i: usize) -> Option<&std::ops::Range<usize>> {
-        let start = if part == 0 { 0 } else { *self.starts.get(part - 1)? };
-        let end = self.starts.get(part).copied().unwrap_or(self.rows.len());
-        self.rows.get(start..end)?.get(i)
-    }
 }
 
 /// A row's value: from its encoded bytes in a journal record when there are some, else
@@ -588,11 +578,15 @@ fn change_rows(
     c: &Change,
     derived: Option<(&IdKey, AccountId)>,
 ) -> Result<(), StoreError> {
+    // Where the records', day rows' and tracker rows' values start in `ValueSpans::rows`.
+    let records = c.accounts.len();
+    let days = records + c.records.len();
+    let track = days + c.days.len();
     for (i, a) in c.accounts.iter().enumerate() {
-        src.put(out, codec::account_key(no, a.uuid), &**a, |s| s.get(0, i))?;
+        src.put(out, codec::account_key(no, a.uuid), &**a, |s| s.rows.get(i))?;
     }
     for (i, (acc, seq, rec)) in c.records.iter().enumerate() {
-        src.put(out, codec::log_key(no, *acc, *seq), rec, |s| s.get(1, i))?;
+        src.put(out, codec::log_key(no, *acc, *seq), rec, |s| s.rows.get(records + i))?;
     }
     let is_derived = |id: &str| {
         derived.is_some_and(|(k, root)| {
@@ -604,10 +598,10 @@ fn change_rows(
         out.push((codec::txid_key(no, id), Some(IVec::default())));
     }
     for (i, (acc, day, sums)) in c.days.iter().enumerate() {
-        src.put(out, codec::day_key(codec::DAY, no, *acc, *day), sums, |s| s.get(2, i))?;
+        src.put(out, codec::day_key(codec::DAY, no, *acc, *day), sums, |s| s.rows.get(days + i))?;
     }
     for (i, (acc, day, row)) in c.track.iter().enumerate() {
-        src.put(out, codec::day_key(codec::TRACK, no, *acc, *day), row, |s| s.get(3, i))?;
+        src.put(out, codec::day_key(codec::TRACK, no, *acc, *day), row, |s| s.rows.get(track + i))?;
     }
     for (id, _) in &c.removed {
         out.push((codec::account_key(no, *id), None));
