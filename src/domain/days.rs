@@ -111,10 +111,44 @@ impl Bucket {
 /// when a write goes to another day.
 #[derive(Debug, Clone, Default)]
 pub struct DayLedger {
-    /// `None` until a day is folded in: an account with one day of history (a fresh one) is
-    /// then copied without touching a reference count.
-    hist: Option<Arc<Hist>>,
-    pending: Option<(i64, DaySums)>,
+    p: Pending<Hist, DaySums>,
+}
+
+/// A history shared copy-on-write, and the row of the day last written beside it, folded into
+/// the history when a write goes to another day (see [`DayLedger`] for why).
+#[derive(Debug, Clone)]
+struct Pending<H, T> {
+    /// `None` until a day is folded in: an account with one day of history (a fresh one) or
+    /// none is then copied without touching a reference count.
+    hist: Option<Arc<H>>,
+    row: Option<(i64, T)>,
+}
+
+impl<H, T> Default for Pending<H, T> {
+    fn default() -> Self {
+        Pending { hist: None, row: None }
+    }
+}
+
+impl<H: Clone + Default, T: Copy> Pending<H, T> {
+    /// The pending row of `day` (`new` if there is none yet), once a pending row of another
+    /// day is folded into the history by `fold`.
+    fn row_mut(&mut self, day: i64, new: T, fold: impl FnOnce(&mut H, i64, T)) -> &mut T {
+        if let Some((d, r)) = self.row.filter(|(d, _)| *d != day) {
+            fold(Arc::make_mut(self.hist.get_or_insert_default()), d, r);
+            self.row = None;
+        }
+        &mut self.row.get_or_insert((day, new)).1
+    }
+
+    /// The pending row, if its day lies in `[from, to]`.
+    fn within(&self, from: i64, to: i64) -> Option<(i64, T)> {
+        self.row.filter(|(d, _)| from <= *d && *d <= to)
+    }
+
+    fn hist(&self) -> Option<&H> {
+        self.hist.as_deref()
+    }
 }
 
 impl PartialEq for DayLedger {
@@ -129,22 +163,14 @@ impl Eq for DayLedger {}
 impl DayLedger {
     /// Adds `delta` to `day`; returns the day's new sums (the row storage keeps).
     pub fn add(&mut self, day: i64, delta: &DaySums) -> DaySums {
-        match &mut self.pending {
-            Some((d, s)) if *d == day => s.add(delta),
-            _ => {
-                if let Some((d, s)) = self.pending.take() {
-                    Arc::make_mut(self.hist.get_or_insert_default()).add(d, &s);
-                }
-                self.pending = Some((day, *delta));
-            }
-        }
+        self.p.row_mut(day, DaySums::default(), |h, d, s| h.add(d, &s)).add(delta);
         self.day(day)
     }
 
     /// The sums of one day.
     pub fn day(&self, day: i64) -> DaySums {
-        let mut s = self.hist.as_ref().map(|h| h.day(day)).unwrap_or_default();
-        if let Some((_, p)) = within_days(self.pending, day, day) {
+        let mut s = self.p.hist().map(|h| h.day(day)).unwrap_or_default();
+        if let Some((_, p)) = self.p.within(day, day) {
             s.add(&p);
         }
         s
@@ -152,8 +178,8 @@ impl DayLedger {
 
     /// Sums over `[from, to]`.
     pub fn range(&self, from: i64, to: i64) -> DaySums {
-        let mut s = self.hist.as_ref().map(|h| h.range(from, to)).unwrap_or_default();
-        if let Some((_, p)) = within_days(self.pending, from, to) {
+        let mut s = self.p.hist().map(|h| h.range(from, to)).unwrap_or_default();
+        if let Some((_, p)) = self.p.within(from, to) {
             s.add(&p);
         }
         s
@@ -161,17 +187,12 @@ impl DayLedger {
 
     /// The per-day sums of the days in `[from, to]` that have records, in day order.
     pub fn daily(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, DaySums)> + '_ {
-        let hist = self.hist.iter().flat_map(move |h| h.daily(from, to));
-        with_pending(hist, within_days(self.pending, from, to), |mut h, p| {
+        let hist = self.p.hist().into_iter().flat_map(move |h| h.daily(from, to));
+        with_pending(hist, self.p.within(from, to), |mut h, p| {
             h.add(&p);
             h
         })
     }
-}
-
-/// `pending`, if its day lies in `[from, to]`.
-fn within_days<T: Copy>(pending: Option<(i64, T)>, from: i64, to: i64) -> Option<(i64, T)> {
-    pending.filter(|(d, _)| from <= *d && *d <= to)
 }
 
 /// The rows of `hist` (in day order) with the pending row merged in at its day: beside them,
@@ -297,9 +318,7 @@ type TrackBucket = Vec<(i64, TrackRow)>;
 /// a tracked envelope writes today's row).
 #[derive(Debug, Clone, Default)]
 pub struct TrackLog {
-    /// `None` until a day is folded in (most accounts track nothing).
-    hist: Option<Arc<TrackHist>>,
-    pending: Option<(i64, TrackRow)>,
+    p: Pending<TrackHist, TrackRow>,
 }
 
 impl PartialEq for TrackLog {
@@ -312,20 +331,12 @@ impl Eq for TrackLog {}
 
 impl TrackLog {
     pub fn insert(&mut self, day: i64, row: TrackRow) {
-        match &mut self.pending {
-            Some((d, r)) if *d == day => *r = row,
-            _ => {
-                if let Some((d, r)) = self.pending.take() {
-                    Arc::make_mut(self.hist.get_or_insert_default()).insert(d, r);
-                }
-                self.pending = Some((day, row));
-            }
-        }
+        *self.p.row_mut(day, row, |h, d, r| h.insert(d, r)) = row;
     }
 
     /// The latest row dated inside `[from, to]` (the pending row replaces its day's).
     pub fn latest(&self, from: i64, to: i64) -> Option<TrackRow> {
-        match (self.hist.as_ref().and_then(|h| h.latest(from, to)), within_days(self.pending, from, to)) {
+        match (self.p.hist().and_then(|h| h.latest(from, to)), self.p.within(from, to)) {
             (Some((d, r)), Some((p, _))) if d > p => Some(r),
             (_, Some((_, r))) => Some(r),
             (h, None) => h.map(|(_, r)| r),
@@ -334,9 +345,9 @@ impl TrackLog {
 
     /// Every row dated inside `[from, to]`, in day order.
     pub fn range(&self, from: i64, to: i64) -> impl Iterator<Item = (i64, TrackRow)> + '_ {
-        let hist = self.hist.iter().flat_map(move |h| h.range(from, to));
+        let hist = self.p.hist().into_iter().flat_map(move |h| h.range(from, to));
         // The pending row replaces its day's.
-        with_pending(hist, within_days(self.pending, from, to), |_, p| p)
+        with_pending(hist, self.p.within(from, to), |_, p| p)
     }
 }
 
@@ -461,7 +472,7 @@ mod tests {
         let before = l.clone();
         l.add(6, &sums(1));
         // Day 5 went into the history: only its bucket was copied, every other is still shared.
-        let (a, b) = (&l.hist.as_ref().unwrap().buckets, &before.hist.as_ref().unwrap().buckets);
+        let (a, b) = (&l.p.hist().unwrap().buckets, &before.p.hist().unwrap().buckets);
         let shared = a.iter().zip(b).filter(|(a, b)| Arc::ptr_eq(&a.1, &b.1)).count();
         assert_eq!(shared, a.len() - 1);
         assert_eq!(l.day(5), times(1, 2));
@@ -477,7 +488,7 @@ mod tests {
         let before = t.clone();
         t.insert(99, row(-1));
         t.insert(99, row(-2));
-        assert!(Arc::ptr_eq(t.hist.as_ref().unwrap(), before.hist.as_ref().unwrap()));
+        assert!(Arc::ptr_eq(t.p.hist.as_ref().unwrap(), before.p.hist.as_ref().unwrap()));
         assert_eq!(t.latest(0, 99), Some(row(-2)));
         assert_eq!(before.latest(0, 99), Some(row(99)));
         t.insert(5, row(-5));
@@ -493,11 +504,11 @@ mod tests {
             l.add(3, &sums(1));
             t.insert(3, TrackRow { amount_due: 1, balance: 2 });
         }
-        assert!(l.hist.is_none() && t.hist.is_none());
+        assert!(l.p.hist.is_none() && t.p.hist.is_none());
         assert_eq!(l.range(0, 9), times(1, 3));
         l.add(4, &sums(1));
         t.insert(4, TrackRow { amount_due: 1, balance: 2 });
-        assert!(l.hist.is_some() && t.hist.is_some());
+        assert!(l.p.hist.is_some() && t.p.hist.is_some());
     }
 
     #[test]
@@ -511,7 +522,7 @@ mod tests {
         for _ in 0..3 {
             l2.add(99, &sums(1));
         }
-        assert!(Arc::ptr_eq(l2.hist.as_ref().unwrap(), before.hist.as_ref().unwrap()));
+        assert!(Arc::ptr_eq(l2.p.hist.as_ref().unwrap(), before.p.hist.as_ref().unwrap()));
         assert_eq!(l2.day(99), times(1, 4));
         assert_eq!(before.day(99), sums(1));
         let mut want = before.range(0, 99);
