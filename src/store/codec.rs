@@ -2,7 +2,10 @@
 //! byte, then bincode 2 (serde). Keys are fixed-width big-endian so sled's byte order is the
 //! logical order (user, account, sequence or day).
 
+use std::sync::Arc;
+
 use serde::{de::DeserializeOwned, Serialize};
+use sled::IVec;
 
 use super::StoreError;
 
@@ -38,13 +41,6 @@ pub fn encode_into<T: Serialize>(v: &T, out: &mut Vec<u8>) -> Result<(), StoreEr
     bincode::serde::encode_into_std_write(v, out, bincode::config::standard())
         .map_err(|e| StoreError::Codec(e.to_string()))?;
     Ok(())
-}
-
-/// Appends the row encoding of a value whose bincode bytes are `body` (already encoded, as
-/// [`encode_into`] would encode them after the version byte).
-pub fn encoded_into(body: &[u8], out: &mut Vec<u8>) {
-    out.push(ROW);
-    out.extend_from_slice(body);
 }
 
 fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, StoreError> {
@@ -88,13 +84,109 @@ pub fn decode_v1<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
     }
 }
 
+/// A row's value on its way to sled: bytes of its own, or a value inside an operation's
+/// journal record (`frame[start..start + len]`), whose row is the version byte then those
+/// bytes. Why: the applier copied every value of every write into a buffer of its own (an
+/// allocation and two copies per row, a dozen rows per deposit) though the record holding them
+/// all stays in memory anyway; a value left in its record costs a reference to the record.
+#[derive(Clone)]
+pub enum Val {
+    Bytes(IVec),
+    Framed { frame: Arc<Vec<u8>>, start: u32, len: u32 },
+}
+
+impl Val {
+    /// The value inside `frame` at `at`, if `at` lies in it.
+    pub fn framed(frame: &Arc<Vec<u8>>, at: std::ops::Range<usize>) -> Option<Val> {
+        frame.get(at.clone())?;
+        let start = u32::try_from(at.start).ok()?;
+        let len = u32::try_from(at.len()).ok()?;
+        Some(Val::Framed { frame: frame.clone(), start, len })
+    }
+
+    /// The row's version byte, when it is not in `body`, and the rest of the row.
+    fn parts(&self) -> (Option<u8>, &[u8]) {
+        match self {
+            Val::Bytes(v) => (None, v),
+            Val::Framed { frame, start, len } => {
+                let (s, n) = (*start as usize, *len as usize);
+                (Some(ROW), &frame[s..s + n])
+            }
+        }
+    }
+
+    /// The row's length in bytes.
+    pub fn len(&self) -> usize {
+        let (v, body) = self.parts();
+        usize::from(v.is_some()) + body.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The row's first byte (its version, or [`RUN`]).
+    pub fn first(&self) -> Option<u8> {
+        match self.parts() {
+            (Some(v), _) => Some(v),
+            (None, body) => body.first().copied(),
+        }
+    }
+
+    /// Appends the row's bytes to `out`.
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        let (v, body) = self.parts();
+        out.extend(v);
+        out.extend_from_slice(body);
+    }
+
+    /// The row as sled holds it.
+    pub fn to_ivec(&self) -> IVec {
+        match self {
+            Val::Bytes(v) => v.clone(),
+            Val::Framed { .. } => {
+                let mut b = Vec::with_capacity(self.len());
+                self.append_to(&mut b);
+                IVec::from(b)
+            }
+        }
+    }
+}
+
+impl PartialEq for Val {
+    fn eq(&self, other: &Val) -> bool {
+        let ((a, x), (b, y)) = (self.parts(), other.parts());
+        a.iter().chain(x).eq(b.iter().chain(y))
+    }
+}
+
+impl std::fmt::Debug for Val {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut b = Vec::with_capacity(self.len());
+        self.append_to(&mut b);
+        write!(f, "Val({b:?})")
+    }
+}
+
+impl From<IVec> for Val {
+    fn from(v: IVec) -> Val {
+        Val::Bytes(v)
+    }
+}
+
+impl From<&[u8]> for Val {
+    fn from(v: &[u8]) -> Val {
+        Val::Bytes(IVec::from(v))
+    }
+}
+
 /// One run row made of single row values, in order.
-pub fn encode_run<'a>(values: impl Iterator<Item = &'a [u8]>) -> Result<Vec<u8>, StoreError> {
+pub fn encode_run<'a>(values: impl Iterator<Item = &'a Val>) -> Result<Vec<u8>, StoreError> {
     let mut out = vec![RUN];
     for v in values {
         let n = u32::try_from(v.len()).map_err(|_| StoreError::Codec("log record too large".into()))?;
         out.extend_from_slice(&n.to_le_bytes());
-        out.extend_from_slice(v);
+        v.append_to(&mut out);
     }
     Ok(out)
 }
@@ -362,10 +454,36 @@ mod tests {
         assert!(matches!(decode_compat::<u32>(&v), Err(StoreError::NewerFormat(_))));
     }
 
+    /// A value left in its journal record is, as a row, its version byte then its bytes there:
+    /// the same row an encoding of its own gives, alone and inside a run.
+    #[test]
+    fn a_value_inside_its_record_is_the_row_its_encoding_is() {
+        let own = encode(&(7u64, "seven")).unwrap();
+        let mut record = vec![1, 2, 3];
+        record.extend_from_slice(&own[1..]);
+        record.push(0xA5);
+        let record = Arc::new(record);
+        let framed = Val::framed(&record, 3..3 + own.len() - 1).unwrap();
+        let bytes = Val::from(&own[..]);
+        assert_eq!(framed, bytes);
+        assert_eq!((framed.len(), framed.first()), (own.len(), Some(ROW)));
+        assert_eq!(&framed.to_ivec()[..], &own[..]);
+        assert_eq!(decode::<(u64, String)>(&framed.to_ivec()).unwrap(), (7, "seven".to_string()));
+        let run = encode_run([framed.clone(), bytes].iter()).unwrap();
+        assert_eq!(
+            decode_run::<(u64, String)>(&run).unwrap(),
+            vec![(7, "seven".into()), (7, "seven".into())]
+        );
+        // A span past the record's end is no value.
+        assert!(Val::framed(&record, 3..record.len() + 1).is_none());
+        assert_ne!(Val::framed(&record, 2..2 + own.len() - 1).unwrap(), Val::from(&own[..]));
+    }
+
     #[test]
     fn a_run_reads_back_as_its_records_and_a_cut_one_is_refused() {
         let vals: Vec<Vec<u8>> = [7u64, 8, 9].iter().map(|n| encode(n).unwrap()).collect();
-        let run = encode_run(vals.iter().map(|v| v.as_slice())).unwrap();
+        let run =
+            encode_run(vals.iter().map(|v| Val::from(v.as_slice())).collect::<Vec<_>>().iter()).unwrap();
         assert_eq!(decode_run::<u64>(&run).unwrap(), vec![7, 8, 9]);
         assert_eq!(decode_run::<u64>(&vals[0]).unwrap(), vec![7]);
         assert!(matches!(decode_run::<u64>(&run[..run.len() - 1]), Err(StoreError::Corrupt(_))));

@@ -22,10 +22,11 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use sled::IVec;
 
-use super::{codec, StoreError};
+use super::codec::{self, Val};
+use super::StoreError;
 
 /// A row to write: key and new value, or `None` to remove it.
-pub type Row = (codec::Key, Option<IVec>);
+pub type Row = (codec::Key, Option<Val>);
 
 /// Reading rows, from sled alone or through the memtables.
 pub trait Rows {
@@ -128,14 +129,14 @@ impl RowKey<'_> {
 #[derive(Default)]
 struct Bucket {
     /// The row whose key is the prefix itself (every key that does not split).
-    whole: Option<Option<IVec>>,
+    whole: Option<Option<Val>>,
     /// Rows keyed prefix + suffix, sorted by suffix.
-    tail: Vec<(u64, Option<IVec>)>,
+    tail: Vec<(u64, Option<Val>)>,
 }
 
 impl Bucket {
     /// Puts a row; returns the value it replaced, if the row was here.
-    fn put(&mut self, suffix: u64, v: Option<IVec>) -> Option<Option<IVec>> {
+    fn put(&mut self, suffix: u64, v: Option<Val>) -> Option<Option<Val>> {
         match self.tail.last_mut() {
             None => self.tail.push((suffix, v)),
             Some(last) if last.0 < suffix => self.tail.push((suffix, v)),
@@ -148,7 +149,7 @@ impl Bucket {
         None
     }
 
-    fn get(&self, suffix: Option<u64>) -> Option<&Option<IVec>> {
+    fn get(&self, suffix: Option<u64>) -> Option<&Option<Val>> {
         match suffix {
             None => self.whole.as_ref(),
             Some(s) => self.tail.binary_search_by_key(&s, |e| e.0).ok().map(|i| &self.tail[i].1),
@@ -162,7 +163,7 @@ impl Bucket {
         &'a self,
         prefix: &'a [u8],
         lo: &[u8],
-    ) -> impl Iterator<Item = (RowKey<'a>, &'a Option<IVec>)> {
+    ) -> impl Iterator<Item = (RowKey<'a>, &'a Option<Val>)> {
         let start = match lo.strip_prefix(prefix) {
             Some(rest) => self.tail.partition_point(|(s, _)| s.to_be_bytes().as_slice() < rest),
             // The prefix differs from `lo` before its end: every key here sorts wholly before
@@ -178,7 +179,7 @@ impl Bucket {
     }
 
     /// Its rows in key order: the whole row sorts before every longer key.
-    fn rows<'a>(&'a self, prefix: &'a [u8]) -> impl Iterator<Item = (RowKey<'a>, &'a Option<IVec>)> {
+    fn rows<'a>(&'a self, prefix: &'a [u8]) -> impl Iterator<Item = (RowKey<'a>, &'a Option<Val>)> {
         let whole = self.whole.as_ref().map(|v| (RowKey { prefix, suffix: None }, v));
         whole.into_iter().chain(self.tail.iter().map(move |(s, v)| (RowKey { prefix, suffix: Some(*s) }, v)))
     }
@@ -214,7 +215,7 @@ pub struct Memtable {
 
 impl Memtable {
     /// Every row, in key order.
-    pub fn rows(&self) -> impl Iterator<Item = (RowKey<'_>, &Option<IVec>)> {
+    pub fn rows(&self) -> impl Iterator<Item = (RowKey<'_>, &Option<Val>)> {
         self.order.iter().flat_map(|(p, &i)| self.buckets[i].rows(p))
     }
     pub fn is_empty(&self) -> bool {
@@ -237,8 +238,8 @@ impl Memtable {
         self.last_seq
     }
 
-    fn insert(&mut self, k: &[u8], v: Option<IVec>) {
-        let len = |v: &Option<IVec>| v.as_ref().map_or(0, |v| v.len());
+    fn insert(&mut self, k: &[u8], v: Option<Val>) {
+        let len = |v: &Option<Val>| v.as_ref().map_or(0, Val::len);
         self.bytes += len(&v);
         let (p, s) = split(k);
         let i = match self.index.get(p) {
@@ -264,7 +265,7 @@ impl Memtable {
         }
     }
 
-    fn get(&self, k: &[u8]) -> Option<&Option<IVec>> {
+    fn get(&self, k: &[u8]) -> Option<&Option<Val>> {
         let (p, s) = split(k);
         self.buckets[*self.index.get(p)?].get(s)
     }
@@ -276,7 +277,7 @@ impl Memtable {
         &'a self,
         lo: &'a [u8],
         hi: Option<&'a [u8]>,
-    ) -> impl Iterator<Item = (RowKey<'a>, &'a Option<IVec>)> + 'a {
+    ) -> impl Iterator<Item = (RowKey<'a>, &'a Option<Val>)> + 'a {
         let first = self.order.range::<[u8], _>((Bound::Unbounded, Bound::Included(lo))).next_back();
         let upper = match hi {
             None => Bound::Unbounded,
@@ -390,10 +391,10 @@ impl Rows for Merged<'_> {
             let t = self.ov.tables.read();
             self.check();
             if let Some(v) = t.active.get(key) {
-                return Ok(v.clone());
+                return Ok(v.as_ref().map(Val::to_ivec));
             }
             if let Some(v) = t.frozen.as_ref().and_then(|f| f.get(key)) {
-                return Ok(v.clone());
+                return Ok(v.as_ref().map(Val::to_ivec));
             }
         }
         let r = self.db.fetch(key);
@@ -410,13 +411,15 @@ impl Rows for Merged<'_> {
     ) -> Result<Vec<(IVec, IVec)>, StoreError> {
         let Some(b) = bounds(lo, hi) else { return Ok(Vec::new()) };
         // The tables' rows in range, the active table's winning.
-        let over: Vec<(Vec<u8>, Option<IVec>)> = {
+        // Values stay as the tables hold them (a reference each) until they are taken: a page of
+        // a long log must not copy out every record in its range.
+        let over: Vec<(Vec<u8>, Option<Val>)> = {
             let t = self.ov.tables.read();
             self.check();
             match &t.frozen {
                 None => t.active.range(lo, hi).map(|(k, v)| (k.to_vec(), v.clone())).collect(),
                 Some(f) => {
-                    let mut m: BTreeMap<Vec<u8>, &Option<IVec>> = BTreeMap::new();
+                    let mut m: BTreeMap<Vec<u8>, &Option<Val>> = BTreeMap::new();
                     for (k, v) in f.range(lo, hi).chain(t.active.range(lo, hi)) {
                         m.insert(k.to_vec(), v);
                     }
@@ -424,7 +427,7 @@ impl Rows for Merged<'_> {
                 }
             }
         };
-        let mut o: Box<dyn Iterator<Item = (Vec<u8>, Option<IVec>)>> =
+        let mut o: Box<dyn Iterator<Item = (Vec<u8>, Option<Val>)>> =
             if rev { Box::new(over.into_iter().rev()) } else { Box::new(over.into_iter()) };
         let it = self.db.range::<&[u8], _>(b);
         let mut s: Box<dyn Iterator<Item = sled::Result<(IVec, IVec)>>> =
@@ -456,7 +459,7 @@ impl Rows for Merged<'_> {
                 }
             }
             if let Some((k, Some(v))) = on.take() {
-                out.push((IVec::from(k), v));
+                out.push((IVec::from(k), v.to_ivec()));
             }
             on = o.next();
         }
@@ -481,7 +484,7 @@ mod tests {
     }
 
     fn put(k: &[u8], v: &[u8]) -> Row {
-        (k.into(), Some(IVec::from(v)))
+        (k.into(), Some(Val::from(v)))
     }
 
     #[test]
@@ -489,10 +492,10 @@ mod tests {
         let mut m = Memtable::default();
         for acc in 1..=3 {
             for seq in 0..4 {
-                m.insert(&codec::log_key(7, acc, seq), Some(IVec::from(&[9u8; 40][..])));
+                m.insert(&codec::log_key(7, acc, seq), Some(Val::from(&[9u8; 40][..])));
             }
         }
-        m.insert(&codec::account_key(7, 1), Some(IVec::from(&[1u8; 40][..])));
+        m.insert(&codec::account_key(7, 1), Some(Val::from(&[1u8; 40][..])));
         let buckets = m.buckets.len();
         assert!(buckets >= 4, "{buckets}");
         let mut paces = 0;
@@ -506,25 +509,25 @@ mod tests {
     fn rewriting_a_row_counts_its_bytes_once() {
         let mut m = Memtable::default();
         let acc = codec::account_key(7, 1);
-        m.insert(&acc, Some(IVec::from(&[1u8; 100][..])));
+        m.insert(&acc, Some(Val::from(&[1u8; 100][..])));
         let one = m.bytes();
         assert!(one >= 100 + acc.len());
         for _ in 0..10 {
-            m.insert(&acc, Some(IVec::from(&[2u8; 100][..])));
+            m.insert(&acc, Some(Val::from(&[2u8; 100][..])));
         }
         assert_eq!(m.bytes(), one);
-        m.insert(&acc, Some(IVec::from(&[3u8; 150][..])));
+        m.insert(&acc, Some(Val::from(&[3u8; 150][..])));
         assert_eq!(m.bytes(), one + 50);
         m.insert(&acc, None);
         assert_eq!(m.bytes(), one - 100);
         // Rows under one prefix (log records): each new one adds, a rewritten one does not.
         let before = m.bytes();
         for seq in 0..3 {
-            m.insert(&codec::log_key(7, 1, seq), Some(IVec::from(&[4u8; 40][..])));
+            m.insert(&codec::log_key(7, 1, seq), Some(Val::from(&[4u8; 40][..])));
         }
         let three = m.bytes();
         assert!(three >= before + 3 * 40);
-        m.insert(&codec::log_key(7, 1, 1), Some(IVec::from(&[5u8; 40][..])));
+        m.insert(&codec::log_key(7, 1, 1), Some(Val::from(&[5u8; 40][..])));
         assert_eq!(m.bytes(), three);
     }
 
@@ -580,7 +583,7 @@ mod tests {
         ov.stage(vec![put(b"k1", b"1"), put(b"k2", b"2")], 1);
         let m = ov.freeze().unwrap();
         for (k, v) in m.rows() {
-            db.insert(k.to_vec(), v.clone().unwrap()).unwrap();
+            db.insert(k.to_vec(), v.as_ref().unwrap().to_ivec()).unwrap();
         }
         let runs = Cell::new(0);
         let v = ov
@@ -638,9 +641,9 @@ mod tests {
             bounds in proptest::collection::vec((any_bound(), any_bound()), 1..20),
         ) {
             let mut m = Memtable::default();
-            let mut want: BTreeMap<Vec<u8>, Option<IVec>> = BTreeMap::new();
+            let mut want: BTreeMap<Vec<u8>, Option<Val>> = BTreeMap::new();
             for (k, v) in &puts {
-                let v = v.map(|b| IVec::from(&[b][..]));
+                let v = v.map(|b| Val::from(&[b][..]));
                 m.insert(k, v.clone());
                 want.insert(k.clone(), v);
             }

@@ -11,7 +11,7 @@ use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
 use crate::domain::txid::IdKey;
 
-use super::codec::{self, decode, decode_compat, encode};
+use super::codec::{self, decode, decode_compat, encode, Val};
 use super::overlay::{successor, Row, RowKey, Rows};
 use super::v1::AccountV1;
 use super::{IdemRecord, Op, StoreError, SyncRow, UserMeta, UserRecord};
@@ -20,14 +20,14 @@ use sled::IVec;
 /// Most entries in one run (bounds the bytes a read of a few entries decodes).
 const RUN_MAX: usize = 128;
 
-type Run<'a> = (RowKey<'a>, u64, Vec<&'a IVec>);
+type Run<'a> = (RowKey<'a>, u64, Vec<&'a Val>);
 
 /// The row of a finished run: a single row as it was, or a run row.
 fn close_run(run: Option<Run<'_>>, out: &mut Vec<Row>) -> Result<(), StoreError> {
     if let Some((k, _, vals)) = run {
         let v = match vals.as_slice() {
             [one] => (*one).clone(),
-            many => IVec::from(codec::encode_run(many.iter().map(|v| v.as_ref()))?),
+            many => Val::Bytes(IVec::from(codec::encode_run(many.iter().copied())?)),
         };
         out.push((k.to_key(), Some(v)));
     }
@@ -217,13 +217,13 @@ impl SledStore {
     /// Writes rows as one atomic batch, with the journal record they reach if `seq` is given.
     pub fn apply_rows<'a>(
         &self,
-        rows: impl Iterator<Item = (&'a [u8], Option<&'a IVec>)>,
+        rows: impl Iterator<Item = (&'a [u8], Option<&'a Val>)>,
         seq: Option<u64>,
     ) -> Result<(), StoreError> {
         let mut b = sled::Batch::default();
         for (k, v) in rows {
             match v {
-                Some(v) => b.insert(k, v.clone()),
+                Some(v) => b.insert(k, v.to_ivec()),
                 None => b.remove(k),
             }
         }
@@ -240,7 +240,7 @@ impl SledStore {
     /// table's record.
     pub fn write_table<'a>(
         &self,
-        rows: impl Iterator<Item = (RowKey<'a>, &'a Option<IVec>)>,
+        rows: impl Iterator<Item = (RowKey<'a>, &'a Option<Val>)>,
         last_seq: u64,
         chunk: usize,
         mut pace: impl FnMut(),
@@ -253,7 +253,7 @@ impl SledStore {
                 pace();
             }
             let single = match (v, k.suffix) {
-                (Some(v), Some(seq)) if codec::runs_join(k.prefix) && v.first() != Some(&codec::RUN) => {
+                (Some(v), Some(seq)) if codec::runs_join(k.prefix) && v.first() != Some(codec::RUN) => {
                     Some((v, seq))
                 }
                 _ => None,
@@ -459,10 +459,9 @@ pub struct ValueSpans {
     pub idem_put: Option<std::ops::Range<usize>>,
 }
 
-/// A row's value: from its encoded bytes in a journal record when there are some, else
-/// encoded now.
+/// A row's value: its encoded bytes in a journal record when there are some, else encoded now.
 #[derive(Clone, Copy)]
-struct Source<'a>(Option<(&'a [u8], &'a ValueSpans)>);
+struct Source<'a>(Option<(&'a Arc<Vec<u8>>, &'a ValueSpans)>);
 
 impl Source<'_> {
     fn put<T: serde::Serialize>(
@@ -473,11 +472,11 @@ impl Source<'_> {
         span: impl FnOnce(&ValueSpans) -> Option<&std::ops::Range<usize>>,
     ) -> Result<(), StoreError> {
         // A span missing or outside its record (an encoder bug) costs an encoding, not a row.
-        match self.0.and_then(|(frame, spans)| frame.get(span(spans)?.clone())) {
-            Some(body) => put_with(out, k, |b| {
-                codec::encoded_into(body, b);
+        match self.0.and_then(|(frame, spans)| Val::framed(frame, span(spans)?.clone())) {
+            Some(framed) => {
+                out.push((k, Some(framed)));
                 Ok(())
-            }),
+            }
             None => put(out, k, v),
         }
     }
@@ -496,7 +495,7 @@ fn put_with(
         let mut b = b.borrow_mut();
         b.clear();
         fill(&mut b)?;
-        let value = IVec::from(&b[..]);
+        let value = Val::from(&b[..]);
         // One large row must not pin its buffer for the thread's life.
         if b.capacity() > 64 << 10 {
             *b = Vec::new();
@@ -523,7 +522,7 @@ pub fn rows_from_frame(
     r: &dyn Rows,
     out: &mut Vec<Row>,
     op: &Op,
-    frame: &[u8],
+    frame: &Arc<Vec<u8>>,
     spans: &ValueSpans,
     id_secret: Option<[u64; 2]>,
 ) -> Result<(), StoreError> {
@@ -534,7 +533,7 @@ fn rows_from(
     r: &dyn Rows,
     out: &mut Vec<Row>,
     op: &Op,
-    encoded: Option<(&[u8], &ValueSpans)>,
+    encoded: Option<(&Arc<Vec<u8>>, &ValueSpans)>,
     id_secret: Option<[u64; 2]>,
 ) -> Result<(), StoreError> {
     let src = Source(encoded);
@@ -595,7 +594,7 @@ fn change_rows(
         })
     };
     for id in c.main_txids.iter().filter(|id| !is_derived(id)) {
-        out.push((codec::txid_key(no, id), Some(IVec::default())));
+        out.push((codec::txid_key(no, id), Some(Val::Bytes(IVec::default()))));
     }
     for (i, (acc, day, sums)) in c.days.iter().enumerate() {
         src.put(out, codec::day_key(codec::DAY, no, *acc, *day), sums, |s| s.rows.get(days + i))?;
@@ -667,15 +666,25 @@ mod tests {
         let ov = Overlay::default();
         let mut rows: Vec<Row> = Vec::new();
         for n in 0..300 {
-            rows.push((codec::log_key(no, a, n), Some(IVec::from(encode(&rec(n)).unwrap()))));
+            rows.push((codec::log_key(no, a, n), Some(Val::from(&encode(&rec(n)).unwrap()[..]))));
         }
+        // Account b's records sit in one journal record, as the applier stages them: each row
+        // is the version byte then the record's bytes there.
+        let mut frame = vec![0xEE; 3];
+        let mut at = Vec::new();
         for n in 0..5 {
-            rows.push((codec::log_key(no, b, n), Some(IVec::from(encode(&rec(n)).unwrap()))));
+            let body = &encode(&rec(n)).unwrap()[1..];
+            at.push(frame.len()..frame.len() + body.len());
+            frame.extend_from_slice(body);
         }
-        rows.push((codec::txid_key(no, "x"), Some(IVec::default())));
+        let frame = Arc::new(frame);
+        for (n, r) in at.into_iter().enumerate() {
+            rows.push((codec::log_key(no, b, n as u64), Val::framed(&frame, r)));
+        }
+        rows.push((codec::txid_key(no, "x"), Some(Val::Bytes(IVec::default()))));
         for k in 1..=300 {
             let c = SyncRow { knowledge: k, ..SyncRow::default() };
-            rows.push((codec::change_key(no, k), Some(IVec::from(encode(&c).unwrap()))));
+            rows.push((codec::change_key(no, k), Some(Val::from(&encode(&c).unwrap()[..]))));
         }
         ov.stage(rows, 9);
         let m = ov.freeze().unwrap();
@@ -706,7 +715,7 @@ mod tests {
         // replay writes again as single rows (on the runs' own keys too): each record is still
         // read once, in order.
         let singles: Vec<Row> = (128..300)
-            .map(|n| (codec::log_key(no, a, n), Some(IVec::from(encode(&rec(n)).unwrap()))))
+            .map(|n| (codec::log_key(no, a, n), Some(Val::from(&encode(&rec(n)).unwrap()[..]))))
             .collect();
         s.apply_rows(singles.iter().map(|(k, v)| (&**k, v.as_ref())), None).unwrap();
         assert_eq!(ids(&read_log(r, no, a, 120, 135).unwrap()), want(120..135));
