@@ -210,7 +210,11 @@ impl Params {
         p.body = if is_json {
             Body::Json(parse_json_object(body).ok_or_else(|| ApiError::bad("Invalid request body"))?)
         } else {
-            Body::Form(Pairs::parse(&String::from_utf8_lossy(body)))
+            // `from_utf8` first: `from_utf8_lossy` checks a valid body several times slower.
+            Body::Form(match std::str::from_utf8(body) {
+                Ok(text) => Pairs::parse(text),
+                Err(_) => Pairs::parse(&String::from_utf8_lossy(body)),
+            })
         };
         Ok(p)
     }
@@ -337,6 +341,17 @@ mod tests {
             }
             assert_eq!(got.get("never"), None);
         }
+    }
+
+    /// A form body that is not UTF-8 reads with its bad bytes replaced, as before the fast path.
+    #[test]
+    fn a_form_body_with_bad_bytes_reads_with_replacements() {
+        let p = Params::parse(None, Some("application/x-www-form-urlencoded"), b"user_id=a\xffb&amount=5")
+            .unwrap();
+        assert_eq!(p.str("user_id").unwrap().as_deref(), Some("a\u{fffd}b"));
+        assert_eq!(p.str("amount").unwrap().as_deref(), Some("5"));
+        let p = Params::parse(None, None, "user_id=\u{e9}t\u{e9}".as_bytes()).unwrap();
+        assert_eq!(p.str("user_id").unwrap().as_deref(), Some("\u{e9}t\u{e9}"));
     }
 
     #[test]

@@ -272,6 +272,9 @@ impl Key {
         Key::Inline(0, [0; KEY_INLINE])
     }
 
+    /// Inlined: keys are built from fixed-width fields, and a copy whose length is known where
+    /// it is made is a move or two, not a `memcpy` call (about 40 per deposit).
+    #[inline]
     pub fn extend_from_slice(&mut self, b: &[u8]) {
         match self {
             Key::Inline(n, buf) => {
@@ -294,6 +297,7 @@ impl Key {
         }
     }
 
+    #[inline]
     pub fn push(&mut self, c: u8) {
         self.extend_from_slice(&[c]);
     }
@@ -356,18 +360,34 @@ pub fn user_key(user_id: &str) -> Key {
     k
 }
 
+/// A key of fixed-width fields, written straight into an inline key: built through
+/// `extend_from_slice` one field at a time, the dozen keys of a deposit cost over 2k
+/// instructions (a call and a `memcpy` per field).
+#[inline]
+fn fixed(tag: u8, user_no: u64, acc: Option<u128>, last: Option<u64>) -> Key {
+    let mut b = [0u8; KEY_INLINE];
+    b[0] = tag;
+    b[1..9].copy_from_slice(&user_no.to_be_bytes());
+    let mut n = 9;
+    if let Some(a) = acc {
+        b[9..25].copy_from_slice(&a.to_be_bytes());
+        n = 25;
+    }
+    if let Some(x) = last {
+        b[n..n + 8].copy_from_slice(&x.to_be_bytes());
+        n += 8;
+    }
+    // At most 33 bytes, within the inline size.
+    Key::Inline(n as u8, b)
+}
+
 pub fn user_prefix(tag: u8, user_no: u64) -> Key {
-    let mut k = Key::new();
-    k.push(tag);
-    k.extend_from_slice(&user_no.to_be_bytes());
-    k
+    fixed(tag, user_no, None, None)
 }
 
 /// `tag` user_no account: the account row, or the prefix of its log, day or tracker rows.
 pub fn account_prefix(tag: u8, user_no: u64, acc: u128) -> Key {
-    let mut k = user_prefix(tag, user_no);
-    k.extend_from_slice(&acc.to_be_bytes());
-    k
+    fixed(tag, user_no, Some(acc), None)
 }
 
 pub fn account_key(user_no: u64, acc: u128) -> Key {
@@ -375,16 +395,12 @@ pub fn account_key(user_no: u64, acc: u128) -> Key {
 }
 
 pub fn log_key(user_no: u64, acc: u128, seq: u64) -> Key {
-    let mut k = account_prefix(LOG, user_no, acc);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
+    fixed(LOG, user_no, Some(acc), Some(seq))
 }
 
 /// A day or tracker row; the day's sign bit is flipped so negative days sort first.
 pub fn day_key(tag: u8, user_no: u64, acc: u128, day: i64) -> Key {
-    let mut k = account_prefix(tag, user_no, acc);
-    k.extend_from_slice(&((day as u64) ^ (1 << 63)).to_be_bytes());
-    k
+    fixed(tag, user_no, Some(acc), Some((day as u64) ^ (1 << 63)))
 }
 
 /// The account and day of a day or tracker row key.
@@ -401,9 +417,7 @@ pub fn txid_key(user_no: u64, id: &str) -> Key {
 }
 
 pub fn change_key(user_no: u64, knowledge: u64) -> Key {
-    let mut k = user_prefix(CHANGE, user_no);
-    k.extend_from_slice(&knowledge.to_be_bytes());
-    k
+    fixed(CHANGE, user_no, None, Some(knowledge))
 }
 
 pub fn idem_key(user_no: u64, key: &str) -> Key {
@@ -432,6 +446,29 @@ mod tests {
             }
         }
         assert!(user_key("a") < user_key(&"a".repeat(50)));
+    }
+
+    /// The fixed-width keys are their fields big-endian, one after another.
+    #[test]
+    fn fixed_keys_are_their_fields_in_order() {
+        let (u, a, n) = (
+            0x0102_0304_0506_0708u64,
+            0x1112_1314_1516_1718_191a_1b1c_1d1e_1f20u128,
+            0x2122_2324_2526_2728u64,
+        );
+        let cat = |parts: &[&[u8]]| parts.concat();
+        let (u_, a_, n_) = (u.to_be_bytes(), a.to_be_bytes(), n.to_be_bytes());
+        assert_eq!(&*user_prefix(DAY, u), &cat(&[&[DAY], &u_])[..]);
+        assert_eq!(&*account_prefix(LOG, u, a), &cat(&[&[LOG], &u_, &a_])[..]);
+        assert_eq!(&*account_key(u, a), &cat(&[&[ACCOUNT], &u_, &a_])[..]);
+        assert_eq!(&*log_key(u, a, n), &cat(&[&[LOG], &u_, &a_, &n_])[..]);
+        assert_eq!(&*change_key(u, n), &cat(&[&[CHANGE], &u_, &n_])[..]);
+        let d = (-5i64 as u64 ^ (1 << 63)).to_be_bytes();
+        assert_eq!(&*day_key(TRACK, u, a, -5), &cat(&[&[TRACK], &u_, &a_, &d])[..]);
+        // More can follow inline.
+        let mut k = log_key(u, a, n);
+        k.push(9);
+        assert_eq!(&*k, &cat(&[&[LOG], &u_, &a_, &n_, &[9]])[..]);
     }
 
     #[test]
