@@ -56,16 +56,16 @@ fn contains_ignore_case(hay: &str, needle: &str) -> bool {
 }
 
 /// `SYS` + 10 uppercase hex characters, random (10.2).
-pub fn generate_id() -> String {
+pub fn generate_id() -> Text {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let b = uuid::Uuid::new_v4().into_bytes();
-    let mut s = String::with_capacity(13);
-    s.push_str("SYS");
-    for x in &b[..5] {
-        s.push(char::from(HEX[usize::from(x >> 4)]));
-        s.push(char::from(HEX[usize::from(x & 15)]));
+    let r = uuid::Uuid::new_v4().into_bytes();
+    let mut b = *b"SYS0000000000";
+    for (x, out) in r[..5].iter().zip(b[3..].chunks_mut(2)) {
+        out[0] = HEX[usize::from(x >> 4)];
+        out[1] = HEX[usize::from(x & 15)];
     }
-    s
+    // ASCII alone; held inline (no allocation).
+    Text::from(std::str::from_utf8(&b).unwrap_or("SYS"))
 }
 
 /// A mutation in progress: the working tree, the clock reading and everything written so far.
@@ -185,11 +185,11 @@ impl<'a> Ctx<'a> {
         if x == self.tree.root {
             if let Some(k) = &self.tree.id_key {
                 if let Some(id) = k.id(self.acc(x)?.log_len) {
-                    return Ok(id.into());
+                    return Ok(id);
                 }
             }
         }
-        Ok(generate_id().into())
+        Ok(generate_id())
     }
 
     /// The ledger primitives CREDIT and DEBIT (10.1). Returns the id written.

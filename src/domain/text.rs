@@ -2,9 +2,10 @@
 //!
 //! Why: a deposit copies each account it touches (copy-on-write) and writes a record per
 //! account, and every `String` in them was one more allocation, most of them freed later on
-//! another thread (profiled: about a quarter of a deposit's allocations). A `Text` is either
-//! a constant (the statuses, `User`, `System`, the engine's channels) or one shared buffer,
-//! so copying one never allocates.
+//! another thread (profiled: about a quarter of a deposit's allocations). A `Text` is a
+//! constant (the statuses, `User`, `System`, the engine's channels), held inline when short
+//! (generated transaction ids, most names: no allocation at all, and nothing for another
+//! thread to free), or one shared buffer, so copying one never allocates.
 
 use std::fmt;
 use std::ops::Deref;
@@ -13,8 +14,13 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub enum Text {
     Static(&'static str),
+    /// Up to [`INLINE`] bytes of a `str`, cut at its end (so always UTF-8).
+    Inline(u8, [u8; INLINE]),
     Shared(Arc<str>),
 }
+
+/// The longest text held inline: with its length byte, as large as the other variants.
+pub const INLINE: usize = 22;
 
 /// Texts so common that they are always the constant (an `initiated_by` of `User`, a status).
 const KNOWN: [&str; 5] = ["User", "System", "active", "inactive", "closed"];
@@ -23,8 +29,21 @@ impl Text {
     pub fn as_str(&self) -> &str {
         match self {
             Text::Static(s) => s,
+            Text::Inline(n, b) => {
+                let b = &b[..usize::from(*n).min(INLINE)];
+                // SAFETY: an inline text is made only by `inline`, from a whole `str`.
+                unsafe { std::str::from_utf8_unchecked(b) }
+            }
             Text::Shared(s) => s,
         }
+    }
+
+    /// `s` held inline, when it fits.
+    fn inline(s: &str) -> Option<Text> {
+        let mut b = [0u8; INLINE];
+        b.get_mut(..s.len())?.copy_from_slice(s.as_bytes());
+        // At most INLINE bytes, so the length fits a u8.
+        Some(Text::Inline(s.len() as u8, b))
     }
 
     fn known(s: &str) -> Option<Text> {
@@ -54,13 +73,13 @@ impl AsRef<str> for Text {
 
 impl From<&str> for Text {
     fn from(s: &str) -> Text {
-        Text::known(s).unwrap_or_else(|| Text::Shared(Arc::from(s)))
+        Text::known(s).or_else(|| Text::inline(s)).unwrap_or_else(|| Text::Shared(Arc::from(s)))
     }
 }
 
 impl From<String> for Text {
     fn from(s: String) -> Text {
-        Text::known(&s).unwrap_or_else(|| Text::Shared(Arc::from(s)))
+        Text::known(&s).or_else(|| Text::inline(&s)).unwrap_or_else(|| Text::Shared(Arc::from(s)))
     }
 }
 
@@ -144,15 +163,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn known_texts_are_constants_and_others_share_one_buffer() {
+    fn known_texts_are_constants_short_ones_inline_and_others_share_one_buffer() {
         assert!(matches!(Text::from("User"), Text::Static("User")));
         assert!(matches!(Text::from("closed".to_string()), Text::Static("closed")));
-        let t = Text::from("Salary");
+        let long = "Salary and other income, monthly";
+        let t = Text::from(long);
         let Text::Shared(a) = &t else { panic!("not shared: {t:?}") };
         let Text::Shared(b) = &t.clone() else { panic!("clone not shared") };
         assert!(Arc::ptr_eq(a, b));
-        assert_eq!(t, "Salary");
-        assert_eq!(t, Text::Static("Salary"));
+        assert_eq!(t, long);
+        assert_eq!(t, Text::Static(long));
+        // Up to INLINE bytes, cut at the text's end whatever its characters.
+        for s in ["", "Salary", "SYS0123456789", "ééééééééééé", "a".repeat(INLINE).as_str()] {
+            for t in [Text::from(s), Text::from(s.to_string())] {
+                assert!(matches!(t, Text::Inline(..)) || matches!(t, Text::Static(_)), "{t:?}");
+                assert_eq!(t.as_str(), s);
+            }
+        }
+        assert!(matches!(Text::from("a".repeat(INLINE + 1)), Text::Shared(_)));
+        assert!(matches!(Text::from("éééééééééééé"), Text::Shared(_)));
+        assert_eq!(std::mem::size_of::<Text>(), 24);
     }
 
     #[test]

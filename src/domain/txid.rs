@@ -12,6 +12,8 @@
 //! `transaction_number` ahead of time, which leaves two records with that id in its own main log
 //! (as two random ids colliding would) and changes no balance; the duplicate check stays exact.
 
+use crate::domain::text::Text;
+
 /// The permutation's 40 bits: 10 hexadecimal digits.
 const BITS: u32 = 40;
 const HALF: u32 = BITS / 2;
@@ -72,17 +74,17 @@ impl IdKey {
     }
 
     /// The generated id of the main account's record `seq` (`None` past 2^40 records).
-    pub fn id(&self, seq: u64) -> Option<String> {
+    pub fn id(&self, seq: u64) -> Option<Text> {
         if seq >> BITS != 0 {
             return None;
         }
         let v = self.permute(seq);
-        let mut s = String::with_capacity(13);
-        s.push_str("SYS");
-        for i in (0..BITS / 4).rev() {
-            s.push(char::from(HEX[((v >> (i * 4)) & 15) as usize]));
+        let mut b = *b"SYS0000000000";
+        for (i, c) in b[3..].iter_mut().rev().enumerate() {
+            *c = HEX[((v >> (i * 4)) & 15) as usize];
         }
-        Some(s)
+        // Written above from ASCII alone; held inline (no allocation).
+        std::str::from_utf8(&b).ok().map(Text::from)
     }
 
     /// The sequence number whose generated id `id` would be, when `id` has the generated shape.
@@ -133,7 +135,7 @@ mod tests {
         let a = IdKey::new([11, 22], 1);
         let b = IdKey::new([11, 22], 2);
         let c = IdKey::new([12, 22], 1);
-        let ids: std::collections::HashSet<String> = (0..10_000).map(|s| a.id(s).unwrap()).collect();
+        let ids: std::collections::HashSet<Text> = (0..10_000).map(|s| a.id(s).unwrap()).collect();
         assert_eq!(ids.len(), 10_000);
         assert_ne!(a.id(0), b.id(0));
         assert_ne!(a.id(0), c.id(0));

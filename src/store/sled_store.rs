@@ -752,7 +752,7 @@ mod tests {
                 derived0.as_str().into(),
                 derived5.as_str().into(),
                 "T1".into(),
-                key.id(7).unwrap().into(),
+                key.id(7).unwrap(),
             ],
             ..Change::default()
         };
