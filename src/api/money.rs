@@ -1,5 +1,7 @@
 //! /deposit, /withdraw, /distribute, /move_balance (SPEC 6).
 
+use std::borrow::Cow;
+
 use super::{engine_err, find, mutate, mutate_locked, no_tree, number, op_err, Rq};
 use crate::app::App;
 use crate::domain::dates::parse_date;
@@ -7,7 +9,7 @@ use crate::domain::engine::{Mode, SYSTEM, USER};
 use crate::domain::num::{fmt_money, Dec};
 use crate::domain::text::Text;
 use crate::http::json::Obj;
-use crate::http::params::{check_len, money_cents, Params};
+use crate::http::params::{check_len, invalid, money_cents, PVal, Params};
 use crate::http::response::ApiError;
 
 /// An amount that must be > 0: `required`, `not_numeric`, `not_positive` texts, then 3.4 steps 4-5.
@@ -54,21 +56,29 @@ struct Posting {
     date: i64,
 }
 
+/// A string parameter (as [`Params::str`]) made a `Text` straight from the request's bytes:
+/// short ones are held inline, so a posting's channel, id and `initiated_by` allocate nothing.
+fn text(p: &Params, name: &str) -> Result<Option<Text>, ApiError> {
+    Ok(match p.get(name) {
+        PVal::Missing | PVal::Empty => None,
+        PVal::Str(s) | PVal::Num(s) => Some(match s {
+            Cow::Borrowed(b) => Text::from(b),
+            Cow::Owned(o) => Text::from(o),
+        }),
+        PVal::Bool(b) => Some(Text::from(if b { "true" } else { "false" })),
+        PVal::Invalid => return Err(invalid(name)),
+    })
+}
+
 fn posting(p: &Params, uuid: String, now: i64) -> Result<Posting, ApiError> {
-    let channel = p.req_str("channel", "channel is required")?;
-    let txn = p.str("transaction_number")?;
-    let by = p.str("initiated_by")?;
+    let channel = text(p, "channel")?.ok_or_else(|| ApiError::bad("channel is required"))?;
+    let txn = text(p, "transaction_number")?;
+    let by = text(p, "initiated_by")?;
     check_len("channel", Some(&channel), 256)?;
     check_len("initiated_by", by.as_deref(), 64)?;
     check_len("transaction_number", txn.as_deref(), 128)?;
     let date = transaction_date(p, now)?;
-    Ok(Posting {
-        uuid,
-        channel: channel.into(),
-        txn: txn.map(Text::from),
-        by: by.map_or(USER, Text::from),
-        date,
-    })
+    Ok(Posting { uuid, channel, txn, by: by.unwrap_or(USER), date })
 }
 
 pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
