@@ -14,13 +14,21 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub enum Text {
     Static(&'static str),
-    /// Up to [`INLINE`] bytes of a `str`, cut at its end (so always UTF-8).
-    Inline(u8, [u8; INLINE]),
+    /// Up to [`INLINE`] bytes of a `str`.
+    Inline(Inline),
     Shared(Arc<str>),
 }
 
 /// The longest text held inline: with its length byte, as large as the other variants.
 pub const INLINE: usize = 22;
+
+/// A whole `str` of at most [`INLINE`] bytes. Its fields are private so that nothing else can
+/// make one: reading it back as a `str` unchecked relies on that.
+#[derive(Clone, Copy)]
+pub struct Inline {
+    len: u8,
+    buf: [u8; INLINE],
+}
 
 /// Texts so common that they are always the constant (an `initiated_by` of `User`, a status).
 const KNOWN: [&str; 5] = ["User", "System", "active", "inactive", "closed"];
@@ -29,9 +37,9 @@ impl Text {
     pub fn as_str(&self) -> &str {
         match self {
             Text::Static(s) => s,
-            Text::Inline(n, b) => {
-                let b = &b[..usize::from(*n).min(INLINE)];
-                // SAFETY: an inline text is made only by `inline`, from a whole `str`.
+            Text::Inline(i) => {
+                let b = &i.buf[..usize::from(i.len).min(INLINE)];
+                // SAFETY: an `Inline` is made only by `Text::inline`, from a whole `str`.
                 unsafe { std::str::from_utf8_unchecked(b) }
             }
             Text::Shared(s) => s,
@@ -43,7 +51,7 @@ impl Text {
         let mut b = [0u8; INLINE];
         b.get_mut(..s.len())?.copy_from_slice(s.as_bytes());
         // At most INLINE bytes, so the length fits a u8.
-        Some(Text::Inline(s.len() as u8, b))
+        Some(Text::Inline(Inline { len: s.len() as u8, buf: b }))
     }
 
     fn known(s: &str) -> Option<Text> {

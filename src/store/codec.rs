@@ -272,9 +272,6 @@ impl Key {
         Key::Inline(0, [0; KEY_INLINE])
     }
 
-    /// Inlined: keys are built from fixed-width fields, and a copy whose length is known where
-    /// it is made is a move or two, not a `memcpy` call (about 40 per deposit).
-    #[inline]
     pub fn extend_from_slice(&mut self, b: &[u8]) {
         match self {
             Key::Inline(n, buf) => {
@@ -297,7 +294,6 @@ impl Key {
         }
     }
 
-    #[inline]
     pub fn push(&mut self, c: u8) {
         self.extend_from_slice(&[c]);
     }
