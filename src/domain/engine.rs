@@ -590,8 +590,9 @@ impl<'a> Ctx<'a> {
         self.acc_mut(parent)?.children.retain(|c| *c != x);
         for (r, _) in &removed {
             self.tree.accounts.remove(r);
-            self.dirty.retain(|d| d != r);
         }
+        // Once for the whole subtree: a list is filtered in one pass, not once per account.
+        self.dirty.retain(|a| self.tree.accounts.contains_key(a));
         self.days.retain(|(a, _)| self.tree.accounts.contains_key(a));
         self.track_days.retain(|(a, _)| self.tree.accounts.contains_key(a));
         self.removed.extend(removed);
