@@ -9,7 +9,7 @@ use crate::domain::engine::{Mode, SYSTEM, USER};
 use crate::domain::num::{fmt_money, Dec};
 use crate::domain::text::Text;
 use crate::http::json::Obj;
-use crate::http::params::{check_len, invalid, money_cents, PVal, Params};
+use crate::http::params::{check_len, money_cents, Params};
 use crate::http::response::ApiError;
 
 /// An amount that must be > 0: `required`, `not_numeric`, `not_positive` texts, then 3.4 steps 4-5.
@@ -59,15 +59,10 @@ struct Posting {
 /// A string parameter (as [`Params::str`]) made a `Text` straight from the request's bytes:
 /// short ones are held inline, so a posting's channel, id and `initiated_by` allocate nothing.
 fn text(p: &Params, name: &str) -> Result<Option<Text>, ApiError> {
-    Ok(match p.get(name) {
-        PVal::Missing | PVal::Empty => None,
-        PVal::Str(s) | PVal::Num(s) => Some(match s {
-            Cow::Borrowed(b) => Text::from(b),
-            Cow::Owned(o) => Text::from(o),
-        }),
-        PVal::Bool(b) => Some(Text::from(if b { "true" } else { "false" })),
-        PVal::Invalid => return Err(invalid(name)),
-    })
+    Ok(p.text(name)?.map(|s| match s {
+        Cow::Borrowed(b) => Text::from(b),
+        Cow::Owned(o) => Text::from(o),
+    }))
 }
 
 fn posting(p: &Params, uuid: String, now: i64) -> Result<Posting, ApiError> {

@@ -56,15 +56,8 @@ fn contains_ignore_case(hay: &str, needle: &str) -> bool {
 
 /// `SYS` + 10 uppercase hex characters, random (10.2).
 pub fn generate_id() -> Text {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let r = uuid::Uuid::new_v4().into_bytes();
-    let mut b = *b"SYS0000000000";
-    for (x, out) in r[..5].iter().zip(b[3..].chunks_mut(2)) {
-        out[0] = HEX[usize::from(x >> 4)];
-        out[1] = HEX[usize::from(x & 15)];
-    }
-    // ASCII alone; held inline (no allocation).
-    Text::from(std::str::from_utf8(&b).unwrap_or("SYS"))
+    super::txid::sys_id(u64::from_be_bytes([0, 0, 0, r[0], r[1], r[2], r[3], r[4]]))
 }
 
 /// A mutation in progress: the working tree, the clock reading and everything written so far.

@@ -21,6 +21,17 @@ const HALF_MASK: u64 = (1 << HALF) - 1;
 const ROUNDS: usize = 6;
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
+/// `SYS` + the low 40 bits of `v` as 10 uppercase hex digits: the shape of every id the engine
+/// generates, derived or random. Held inline (no allocation).
+pub fn sys_id(v: u64) -> Text {
+    let mut b = *b"SYS0000000000";
+    for (i, c) in b[3..].iter_mut().rev().enumerate() {
+        *c = HEX[((v >> (i * 4)) & 15) as usize];
+    }
+    // ASCII alone, written just above.
+    Text::from(std::str::from_utf8(&b).unwrap_or("SYS"))
+}
+
 /// Round keys of one user's id permutation (a balanced Feistel network over 40 bits).
 #[derive(Clone, PartialEq, Eq)]
 pub struct IdKey([u64; ROUNDS]);
@@ -78,13 +89,7 @@ impl IdKey {
         if seq >> BITS != 0 {
             return None;
         }
-        let v = self.permute(seq);
-        let mut b = *b"SYS0000000000";
-        for (i, c) in b[3..].iter_mut().rev().enumerate() {
-            *c = HEX[((v >> (i * 4)) & 15) as usize];
-        }
-        // Written above from ASCII alone; held inline (no allocation).
-        std::str::from_utf8(&b).ok().map(Text::from)
+        Some(sys_id(self.permute(seq)))
     }
 
     /// The sequence number whose generated id `id` would be, when `id` has the generated shape.

@@ -242,10 +242,15 @@ impl Params {
 
     /// A string parameter; missing and empty are `None`.
     pub fn str(&self, name: &str) -> Result<Option<String>, ApiError> {
+        Ok(self.text(name)?.map(Cow::into_owned))
+    }
+
+    /// [`Params::str`] borrowed from the request where it can be (no allocation).
+    pub fn text(&self, name: &str) -> Result<Option<Cow<'_, str>>, ApiError> {
         match self.get(name) {
             PVal::Missing | PVal::Empty => Ok(None),
-            PVal::Str(s) | PVal::Num(s) => Ok(Some(s.into_owned())),
-            PVal::Bool(b) => Ok(Some(b.to_string())),
+            PVal::Str(s) | PVal::Num(s) => Ok(Some(s)),
+            PVal::Bool(b) => Ok(Some(Cow::Borrowed(if b { "true" } else { "false" }))),
             PVal::Invalid => Err(invalid(name)),
         }
     }
