@@ -12,6 +12,7 @@ use pfm::config::{Command, Config};
 static ALLOC: pfm::alloc::Mimalloc = pfm::alloc::Mimalloc;
 
 fn main() -> std::process::ExitCode {
+    pfm::alloc::keep_freed_memory();
     let cfg = Config::parse();
     let filter = || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false);
