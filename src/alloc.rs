@@ -77,20 +77,20 @@ const PURGE_DELAY: c_int = 15;
 /// again. With mimalloc's 1 s delay that memory went back to the OS in between and came back a
 /// page fault at a time: 0.55 faults per deposit at 128 connections, 0.27 with 10 s, and the
 /// `madvise` calls gone (README, Benchmarks). An idle server still returns it.
-pub const PURGE_DELAY_MS: i64 = 10_000;
+pub const PURGE_DELAY_MS: c_long = 10_000;
 
 /// Applies [`PURGE_DELAY_MS`]; called once at start, before the runtime.
 pub fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mimalloc's option setters take any option index and value, from any thread.
-        unsafe { mi_option_set(PURGE_DELAY, PURGE_DELAY_MS as c_long) };
+        unsafe { mi_option_set(PURGE_DELAY, PURGE_DELAY_MS) };
     }
 }
 
 /// mimalloc's current purge delay, in milliseconds.
-pub fn purge_delay_ms() -> i64 {
+pub fn purge_delay_ms() -> c_long {
     // SAFETY: as above; reading an option only reads it.
-    i64::from(unsafe { mi_option_get(PURGE_DELAY) })
+    unsafe { mi_option_get(PURGE_DELAY) }
 }
 
 #[cfg(test)]
