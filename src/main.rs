@@ -12,7 +12,6 @@ use pfm::config::{Command, Config};
 static ALLOC: pfm::alloc::Mimalloc = pfm::alloc::Mimalloc;
 
 fn main() -> std::process::ExitCode {
-    pfm::alloc::keep_freed_memory();
     let cfg = Config::parse();
     let filter = || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false);
@@ -22,6 +21,7 @@ fn main() -> std::process::ExitCode {
     } else {
         logs.with_env_filter(filter()).init();
     }
+    pfm::alloc::keep_freed_memory();
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let workers = pfm::config::worker_threads(cfg.worker_threads, cores);
     match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build() {
