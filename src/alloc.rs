@@ -63,7 +63,6 @@ unsafe impl GlobalAlloc for Mimalloc {
 // Not re-exported by libmimalloc-sys without its `extended` feature, whose option constants stop
 // before `purge_delay` for mimalloc 3; declared here, with that one index.
 extern "C" {
-    fn mi_option_get(option: c_int) -> c_long;
     fn mi_option_set(option: c_int, value: c_long);
     fn mi_collect(force: bool);
 }
@@ -111,6 +110,10 @@ fn release_expired() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    extern "C" {
+        fn mi_option_get(option: c_int) -> c_long;
+    }
 
     #[test]
     fn the_purge_delay_index_is_mimallocs_purge_delay() {
