@@ -99,6 +99,14 @@ fn due_date_set_clear_and_get() {
         .fails(400, "Invalid due date format");
     s.post(&tok, "/set_due_date", json!({"uuid": rent, "due_date": ""}))
         .fails(400, "Invalid due date format");
+    // A value of the wrong shape gets SPEC 3.3's error, as every parameter does.
+    for shape in [json!(["2025-01-01", "2025-02-01"]), json!({"d": "2025-01-01"})] {
+        s.post(&tok, "/set_due_date", json!({"uuid": rent, "due_date": shape}))
+            .fails(400, "Invalid value for parameter 'due_date'");
+    }
+    // Its one-element array is unwrapped like any other.
+    let r = s.post(&tok, "/set_due_date", json!({"uuid": rent, "due_date": ["2025-03-01"]}));
+    assert_eq!(r.ok().s("due_date"), "2025-03-01");
     s.post(&tok, "/set_due_date", json!({"due_date": "2025-01-01"})).fails(400, "UUID is required");
     s.post(&tok, "/set_due_date", json!({"uuid": "accx"})).fails(403, "Account not found");
     s.post(&tok, "/set_due_date", json!({"uuid": needs}))

@@ -10,7 +10,7 @@ use crate::domain::frac::Frac;
 use crate::domain::num::fmt_scaled;
 use crate::domain::tree::{Account, AccountId, Grand, Kind, Text};
 use crate::http::json::Obj;
-use crate::http::params::{check_len, money_cents, PVal};
+use crate::http::params::{check_len, invalid, money_cents, PVal};
 use crate::http::response::ApiError;
 
 const CHILD_ONLY: &str = "This operation is only allowed on child or grandchild accounts";
@@ -138,7 +138,10 @@ pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let bad = || ApiError::bad("Invalid due date format");
     let due = match p.get("due_date") {
         PVal::Missing => None,
-        PVal::Empty | PVal::Bool(_) | PVal::Invalid => return Err(bad()),
+        // Two or more elements, or a non-empty object: the shape error of SPEC 3.3, as for
+        // every other parameter; a boolean is the text "true"/"false", no date.
+        PVal::Invalid => return Err(invalid("due_date")),
+        PVal::Empty | PVal::Bool(_) => return Err(bad()),
         PVal::Str(s) | PVal::Num(s) => Some(parse_date(&s).ok_or_else(bad)?),
     };
     mutate(app, rq, |ctx, _| {
