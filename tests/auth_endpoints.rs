@@ -3,7 +3,7 @@
 mod common;
 
 use common::{Body, Srv};
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn public_post(s: &Srv, path: &str, body: serde_json::Value) -> common::Resp {
     s.raw("POST", path, &[], Body::Json(body))
@@ -144,4 +144,34 @@ fn generate_access_token_when_enabled() {
     r.ok();
     // Days since the epoch (<= 1e6) are accepted too.
     g(json!({"user_id": "u", "role": "user", "exp": 30000})).ok();
+    // The claims: days become seconds before the fraction is dropped, a negative number is days
+    // too, and a number above 1e6 (or a string of digits) is seconds.
+    let claim = |exp: Value, name: &str| {
+        let r = g(json!({"user_id": "u", "role": "user", "exp": exp, "nbf": exp}));
+        let payload = r.ok().s("token").split('.').nth(1).map(b64url).expect("three segments");
+        serde_json::from_slice::<Value>(&payload).expect("JSON claims")[name].clone()
+    };
+    assert_eq!(claim(json!(1.5), "exp"), json!(129_600));
+    assert_eq!(claim(json!(20000.5), "exp"), json!(1_728_043_200));
+    assert_eq!(claim(json!(0.5), "nbf"), json!(43_200));
+    assert_eq!(claim(json!(-5), "exp"), json!(-432_000));
+    assert_eq!(claim(json!(1_000_000), "exp"), json!(86_400_000_000i64));
+    assert_eq!(claim(json!(1_000_000.5), "exp"), json!(1_000_000));
+    assert_eq!(claim(json!("2000000"), "exp"), json!(2_000_000));
+    assert_eq!(claim(json!(1.0e5), "exp"), json!(8_640_000_000i64));
+    // A string that is not all digits must be a date.
+    g(json!({"user_id": "u", "role": "user", "exp": "-5"})).fails(400, "Invalid NumericDate format");
+}
+
+/// base64url without padding, as JWS segments are written.
+fn b64url(s: &str) -> Vec<u8> {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let vals: Vec<u32> =
+        s.bytes().map(|c| A.iter().position(|a| *a == c).expect("base64url") as u32).collect();
+    let mut out = Vec::new();
+    for chunk in vals.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, v)| n | (v << (18 - 6 * i)));
+        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    out
 }

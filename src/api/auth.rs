@@ -130,12 +130,11 @@ fn numeric_date(v: PVal) -> Result<Option<i64>, ApiError> {
     let trimmed = text.trim();
     if numeric {
         let d = Dec::parse(trimmed).ok_or_else(bad)?;
-        if d.is_negative() {
-            return Err(bad());
-        }
-        let whole = d.scaled(0).trunc.and_then(|v| i64::try_from(v).ok()).ok_or_else(bad)?;
-        let secs = if d.abs_gt(1_000_000, 0) { whole } else { whole.checked_mul(86_400).ok_or_else(bad)? };
-        return Ok(Some(secs));
+        // Seconds above 1,000,000, days otherwise (a negative number too); the fraction is
+        // dropped from the seconds, after the conversion: 1.5 days is 129600 s.
+        let secs = if d.is_negative() || !d.abs_gt(1_000_000, 0) { d.abs_times(86_400) } else { d.clone() };
+        let whole = secs.scaled(0).trunc.and_then(|v| i64::try_from(v).ok()).ok_or_else(bad)?;
+        return Ok(Some(if d.is_negative() { -whole } else { whole }));
     }
     parse_date(trimmed).map(Some).ok_or_else(bad)
 }

@@ -139,6 +139,31 @@ impl Dec {
         Scaled { trunc: Some(v), rem_nonzero: true, round_up }
     }
 
+    /// `|value| * m`, exact (a unit conversion such as days to seconds); any length of digits.
+    pub fn abs_times(&self, m: u32) -> Dec {
+        if self.is_zero() || m == 0 {
+            return Dec { neg: false, digits: Vec::new(), exp: 0 };
+        }
+        // Schoolbook multiplication by a small factor, least significant digit first.
+        let mut out = Vec::with_capacity(self.digits.len() + 10);
+        let mut carry = 0u64;
+        for d in self.digits.iter().rev() {
+            let v = u64::from(*d) * u64::from(m) + carry;
+            out.push((v % 10) as u8);
+            carry = v / 10;
+        }
+        while carry > 0 {
+            out.push((carry % 10) as u8);
+            carry /= 10;
+        }
+        // Normalised like `parse`: trailing zeros move into the exponent; the leading digit of
+        // a product of non-zero numbers is non-zero.
+        let zeros = out.iter().take_while(|d| **d == 0).count();
+        out.drain(..zeros);
+        out.reverse();
+        Dec { neg: false, digits: out, exp: self.exp + zeros as i64 }
+    }
+
     /// `|value| * 10^scale` rounded half away from zero; `None` when huge.
     pub fn rounded_abs(&self, scale: u32) -> Option<i128> {
         let s = self.scaled(scale);
@@ -248,6 +273,30 @@ mod tests {
         assert!(!Dec::parse("1.000000").unwrap().abs_gt(1_000_000, 6));
         assert!(Dec::parse("-0.0000001").unwrap().is_negative());
         assert!(!Dec::parse("-0").unwrap().is_negative());
+    }
+
+    #[test]
+    fn abs_times_is_exact() {
+        let secs = |s: &str| Dec::parse(s).unwrap().abs_times(86_400).scaled(0).trunc;
+        assert_eq!(secs("1.5"), Some(129_600));
+        assert_eq!(secs("-0.5"), Some(43_200));
+        assert_eq!(secs("20000.5"), Some(1_728_043_200));
+        assert_eq!(secs("0"), Some(0));
+        // 1 s is 1/86400 day = 0.0000115740740...: one digit short of it truncates to 0 s.
+        assert_eq!(secs("0.0000115740740740740740740740740741"), Some(1));
+        assert_eq!(secs("0.0000115740740740740740740740740740"), Some(0));
+        assert_eq!(secs("1e3"), Some(86_400_000));
+        let d = Dec::parse("1.25").unwrap().abs_times(100);
+        assert_eq!(d, Dec::parse("125").unwrap(), "normalised like parse");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn abs_times_matches_integer_arithmetic(v in 0i64..1_000_000_000_000, scale in 0u32..9, m in 0u32..100_000) {
+            let text = fmt_scaled(i128::from(v), scale);
+            let got = Dec::parse(&text).unwrap().abs_times(m).scaled(scale).trunc;
+            proptest::prop_assert_eq!(got, Some(i128::from(v) * i128::from(m)));
+        }
     }
 
     #[test]
