@@ -161,6 +161,11 @@ fn minimal_tree_shape_and_errors() {
     s.get(&tok, "/get_minimal_tree", "uuid=").fails(400, "UUID is required");
     s.get(&tok, "/get_minimal_tree", "n=ten").fails(400, "`n` must be a positive number");
     s.get(&tok, "/get_minimal_tree", "n=0").fails(400, "`n` must be a positive number");
+    s.get(&tok, "/get_minimal_tree", "n=-0.0000004").fails(400, "`n` must be a positive number");
+    s.get(&tok, "/get_minimal_tree", "n=1000000.0000004").fails(400, "`n` must be a positive number");
+    // "> 0" is checked on the value as sent (SPEC 3.6a); the window is then 0 days.
+    let r = s.get(&tok, "/get_minimal_tree", "n=0.0000004");
+    assert_eq!(r.ok().json["minimal_tree"]["compute_total_due_within_n_days"].to_string(), "0");
     s.get(&tok, "/get_minimal_tree", "start_date=2020-13-01").fails(400, "Invalid date format");
     s.get(&tok, "/get_minimal_tree", "start_date=2025-02-01&end_date=2025-01-01")
         .fails(400, "End date cannot be earlier than start date");

@@ -154,12 +154,12 @@ fn lookahead(
     let Some(d) = number(p, name, required, bad)? else {
         return Ok(None);
     };
-    let v = i128::from(millionths(&d, LOOKAHEAD_MAX_MICRO, bad)?);
-    // A window that rounds to zero is refused where zero itself is.
-    if !allow_zero && v == 0 {
+    // Zero, where refused, is refused as sent: like every range check (SPEC 3.6a) it looks at
+    // the exact value, so 0.0000004 passes "> 0" and is then kept rounded, as 0.
+    if !allow_zero && d.is_zero() {
         return Err(ApiError::bad(bad));
     }
-    Ok(Some(v))
+    Ok(Some(i128::from(millionths(&d, LOOKAHEAD_MAX_MICRO, bad)?)))
 }
 
 pub async fn due_within_days(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
