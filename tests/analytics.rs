@@ -24,6 +24,11 @@ fn range_endpoints_errors_and_defaults() {
     }
     s.get(&tok, "/spending", &format!("uuid={main}&from=not-a-date")).fails(400, "Invalid date format");
     s.get(&tok, "/spending", &format!("uuid={main}&to=2025-02-30")).fails(400, "Invalid date format");
+    // A date that its offset carries out of years 0000-9999 in UTC could not be echoed as YYYY-MM-DD.
+    s.get(&tok, "/spending", &format!("uuid={main}&to=9999-12-31T23:00-02:00"))
+        .fails(400, "Invalid date format");
+    s.get(&tok, "/spending", &format!("uuid={main}&from=0000-01-01T00:00%2B01:00"))
+        .fails(400, "Invalid date format");
     for (path, _) in &RANGE_ENDPOINTS[1..] {
         let r = s.get(&tok, path, &format!("uuid={main}&from=not-a-date"));
         assert_eq!((r.ok().s("from"), r.s("to")), ("1026-03-10".into(), "2025-07-10".into()), "{path}");

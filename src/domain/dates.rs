@@ -187,11 +187,16 @@ fn parse_time(c: &mut Cursor, allow_fraction: bool) -> Option<i64> {
 pub fn parse_date(text: &str) -> Option<i64> {
     let t = text.trim_matches(|c: char| c.is_ascii_whitespace());
     let s = t.as_bytes();
-    if s.len() >= 10 && s[4] == b'-' && s[..4].iter().all(u8::is_ascii_digit) {
+    let secs = if s.len() >= 10 && s[4] == b'-' && s[..4].iter().all(u8::is_ascii_digit) {
         parse_iso(s)
     } else {
         parse_dmy(s)
-    }
+    }?;
+    // An offset can carry a written year 0000 or 9999 out of four digits in UTC
+    // (`0000-01-01T00:00+01:00`), where no answer could print it as YYYY-MM-DD: invalid.
+    let first = days_from_civil(0, 1, 1) * DAY_SECS;
+    let end = days_from_civil(10_000, 1, 1) * DAY_SECS;
+    (first..end).contains(&secs).then_some(secs)
 }
 
 fn parse_iso(s: &[u8]) -> Option<i64> {
@@ -294,6 +299,14 @@ mod tests {
         assert_eq!(p("2024-02-29").unwrap(), "2024-02-29 00:00:00");
         for bad in ["not-a-date", "2020-13-01", "12345", "2025-02-29", "2025-08-15T24:00", ""] {
             assert!(p(bad).is_none(), "{bad}");
+        }
+        // Years 0000-9999 in UTC: an offset may not carry a date out of them.
+        assert_eq!(p("0000-01-01T00:00Z").unwrap(), "0000-01-01 00:00:00");
+        assert_eq!(p("0000-01-01T00:00-01:00").unwrap(), "0000-01-01 01:00:00");
+        assert_eq!(p("9999-12-31T23:59:59Z").unwrap(), "9999-12-31 23:59:59");
+        assert_eq!(p("1/1/0000").unwrap(), "0000-01-01 00:00:00");
+        for out in ["0000-01-01T00:00+01:00", "9999-12-31T23:00-02:00", "9999-12-31T23:59:59-00:01"] {
+            assert!(p(out).is_none(), "{out}");
         }
     }
 
