@@ -76,6 +76,8 @@ fn login_issues_hs256_token_with_claims() {
         ("alice".into(), "user".into(), "Bearer".into(), "3600".into())
     );
     let tok = r.s("token");
+    // The header as SPEC 4.3 writes it, to the byte.
+    assert_eq!(b64url(tok.split('.').next().unwrap()), br#"{"alg":"HS256","typ":"JWT"}"#);
     let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
     v.validate_exp = false;
     let data = jsonwebtoken::decode::<serde_json::Value>(

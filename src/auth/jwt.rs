@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Validation};
 
 use super::limits::{KeyTable, DEFAULT_TRACKED_KEYS};
 use serde_json::{Map, Value};
@@ -139,8 +139,21 @@ impl Jwt {
         Some(Verified { identity: Arc::new(Identity { user_id, role }), exp, nbf })
     }
 
+    /// A compact HS256 token whose header is SPEC 4.3's `{"alg":"HS256","typ":"JWT"}`, byte
+    /// for byte as PyJWT and most clients write it (jsonwebtoken's own puts `typ` first).
     pub fn sign(&self, claims: &Map<String, Value>) -> Result<String, String> {
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.enc).map_err(|e| e.to_string())
+        use base64::Engine as _;
+        const HEADER: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
+        let payload = serde_json::to_vec(claims).map_err(|e| e.to_string())?;
+        let mut token = String::with_capacity(HEADER.len() + payload.len() * 4 / 3 + 48);
+        token.push_str(HEADER);
+        token.push('.');
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(&payload, &mut token);
+        let sig = jsonwebtoken::crypto::sign(token.as_bytes(), &self.enc, Algorithm::HS256)
+            .map_err(|e| e.to_string())?;
+        token.push('.');
+        token.push_str(&sig);
+        Ok(token)
     }
 }
 
