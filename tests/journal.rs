@@ -327,3 +327,44 @@ fn checkpoints_delete_covered_segments_and_start_up_finishes_a_deletion_cut_shor
     assert_eq!(v["transaction_count"], json!(n));
     p.kill();
 }
+
+/// A segment gone from the middle, or from the start, of the journal (deleted by hand, lost
+/// with a disk) refuses to start, naming the segment that follows the gap: replay used to
+/// skip over it and drop every acknowledged write it held.
+#[test]
+fn a_missing_segment_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    // No checkpoint deletes a segment during the test.
+    let mut p = spawn_small_segments(&data, "3600000").unwrap();
+    let (tok, main) = write_some(p.addr, 0);
+    let n = 300;
+    for i in 0..n {
+        let body = json!({"uuid": main, "amount": 2, "channel": "c".repeat(256), "transaction_number": format!("T{i}")});
+        assert_eq!(request(p.addr, "POST", "/deposit", Some(&tok), body).0, 200);
+    }
+    p.kill();
+    let segs = segments(&data);
+    assert!(segs.len() >= 3, "too few segments to take one from the middle: {segs:?}");
+    let copy_without = |name: &str, gone: &Path| {
+        let copy = dir.path().join(name);
+        let st = Command::new("cp").arg("-a").arg(&data).arg(&copy).status().unwrap();
+        assert!(st.success(), "cp -a: {st}");
+        std::fs::remove_file(copy.join("journal").join(gone.file_name().unwrap())).unwrap();
+        copy
+    };
+    for (name, gone, next) in [("middle", &segs[1], &segs[2]), ("first", &segs[0], &segs[1])] {
+        let copy = copy_without(name, gone);
+        let err = match spawn_small_segments(&copy, "3600000") {
+            Ok(_) => panic!("started without segment {gone:?} ({name})"),
+            Err(e) => e,
+        };
+        let next = next.file_name().unwrap().to_string_lossy().to_string();
+        assert!(err.contains(&next) && err.contains("missing"), "{name}: {err}");
+    }
+    // Untouched, the segments chain, and everything is back.
+    let mut p = spawn_small_segments(&data, "3600000").expect("starts with every segment");
+    let (st, v) = request(p.addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null);
+    assert_eq!((st, v["balance"].to_string()), (200, (1 + 2 * n).to_string()), "{v}");
+    p.kill();
+}

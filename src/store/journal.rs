@@ -386,6 +386,19 @@ fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, T
         let magic = if rest.len() >= HEADER { u32_at(rest, 0) } else { 0 };
         let header_ok =
             (magic == MAGIC || magic == MAGIC_END) && crc32fast::hash(&rest[0..16]) == u32_at(rest, 16);
+        // A whole header of a later frame format ("PJN3" on): a newer binary wrote it.
+        if !header_ok
+            && rest.len() >= HEADER
+            && rest[..3] == *b"PJN"
+            && (b'3'..=b'9').contains(&rest[3])
+            && crc32fast::hash(&rest[0..16]) == u32_at(rest, 16)
+        {
+            return Err(StoreError::NewerFormat(format!(
+                "journal {} holds a record of frame format {} at offset {off}; this binary reads PJN2: upgrade pfm",
+                path.display(),
+                String::from_utf8_lossy(&rest[..4])
+            )));
+        }
         if !header_ok {
             // A header cut short by the file's end or by sectors that never landed.
             return if last && (rest.len() < HEADER || landed < off + HEADER) {
@@ -405,6 +418,18 @@ fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, T
         }
         let with_end = magic == MAGIC_END;
         if crc32fast::hash(&rest[HEADER..HEADER + len]) != u32_at(rest, 20) {
+            // Whole but for its end byte: on disk, since its content got there. Its sector
+            // can look unwritten (the end byte alone, or after zeros, in the record's last
+            // sector): a torn append looks the same, but dropping the record could lose an
+            // acknowledged write, so it is damage either way.
+            if with_end && len > 0 && {
+                let mut h = crc32fast::Hasher::new();
+                h.update(&rest[HEADER..HEADER + len - 1]);
+                h.update(&[END]);
+                h.finalize() == u32_at(rest, 20)
+            } {
+                return Err(corrupt(off, &format!("record {seq} has a damaged end byte")));
+            }
             return if last && with_end && off + HEADER + len > landed {
                 Ok((frames, Tail::Torn(off)))
             } else {
@@ -521,7 +546,9 @@ impl JournalStore {
         let s1 = shared.clone();
         let journal = std::thread::Builder::new()
             .name("pfm-journal".into())
-            .spawn(move || journal_thread(s1, rx, atx, Segment { file, path: seg, pos: 0, cap: 0 }))
+            .spawn(move || {
+                journal_thread(s1, rx, atx, Segment { file, path: seg, pos: 0, cap: 0, first_seq: next_seq })
+            })
             .map_err(|e| StoreError::Engine(e.to_string()))?;
         let s2 = shared.clone();
         let applier = std::thread::Builder::new()
@@ -629,9 +656,13 @@ fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
     segs.sort();
     let mut last = applied;
     let mut replayed = 0usize;
+    // Where the previous segment ended: each is named one past the last record before it.
+    let mut before: Option<(&PathBuf, Option<u64>)> = None;
     for (i, path) in segs.iter().enumerate() {
         let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
         let (frames, tail) = parse_segment(path, &bytes, i + 1 == segs.len())?;
+        check_chain(path, before, applied, frames.first().map(|f| f.seq))?;
+        before = Some((path, frames.last().map(|f| f.seq)));
         for f in &frames {
             if f.seq > applied {
                 let op = decode_payload(path, f.seq, &bytes[f.payload_start..f.end])?;
@@ -658,6 +689,47 @@ fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
     Ok(last)
 }
 
+/// A segment must follow on from the one before it, whose last record is one before its name
+/// (the first segment: from what storage holds), and hold no record before its name: a
+/// segment gone missing would otherwise drop acknowledged writes without a word.
+fn check_chain(
+    path: &Path,
+    before: Option<(&PathBuf, Option<u64>)>,
+    applied: u64,
+    first: Option<u64>,
+) -> Result<(), StoreError> {
+    let refuse = |what: String| {
+        StoreError::Corrupt(format!(
+            "journal {}: {what}; refusing to start rather than drop acknowledged writes",
+            path.display()
+        ))
+    };
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| refuse("its name is not a record number".into()))?;
+    match before {
+        None if name > applied.saturating_add(1) => {
+            return Err(refuse(format!(
+                "it starts at record {name}, but storage holds records up to {applied} only: a segment is missing"
+            )))
+        }
+        Some((prev, ended)) if ended.map(|l| l.saturating_add(1)) != Some(name) => {
+            let ended = ended.map_or("no record".to_string(), |l| format!("record {l}"));
+            return Err(refuse(format!(
+                "it starts at record {name}, but {} ends at {ended}: a segment is missing",
+                prev.display()
+            )));
+        }
+        _ => {}
+    }
+    match first {
+        Some(f) if f < name => Err(refuse(format!("it holds record {f}, before record {name} of its name"))),
+        _ => Ok(()),
+    }
+}
+
 /// The segment being appended to: `pos` is where the next batch goes; `cap` the size it was
 /// zero-filled to (0: it grows with each append).
 struct Segment {
@@ -665,6 +737,9 @@ struct Segment {
     path: PathBuf,
     pos: u64,
     cap: u64,
+    /// The sequence number in its name: one past the last record written before it, so
+    /// segments chain (replay checks that none is missing).
+    first_seq: u64,
 }
 
 /// The next segment, zero-filled by the spare thread.
@@ -748,6 +823,9 @@ fn append_loop(
     let mut spare = Spare::Idle;
     let mut poisoned: HashMap<u64, ()> = HashMap::new();
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    // The last record written: the next segment is named one past it (not after the first
+    // record it will hold, which refused writes can leave a gap before).
+    let mut last_written = seg.first_seq - 1;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -795,11 +873,13 @@ fn append_loop(
             Err(_) => {}
         }
         let ready = matches!(spare, Spare::Ready(_));
-        let full = if seg.cap > 0 {
-            seg.pos > 0 && seg.pos + buf.len() as u64 > seg.cap
-        } else {
-            seg.pos >= seg_bytes || (ready && seg.pos >= prepare_after)
-        };
+        // Never away from an empty segment: the next would take its name.
+        let full = seg.pos > 0
+            && if seg.cap > 0 {
+                seg.pos + buf.len() as u64 > seg.cap
+            } else {
+                seg.pos >= seg_bytes || (ready && seg.pos >= prepare_after)
+            };
         if full {
             let zeroed = match std::mem::replace(&mut spare, Spare::Idle) {
                 Spare::Ready(f) => Some(f),
@@ -808,7 +888,7 @@ fn append_loop(
                     None
                 }
             };
-            match rotate(shared, live[0].seq, zeroed) {
+            match rotate(shared, last_written + 1, zeroed) {
                 Ok(s) => seg = s,
                 Err(e) => {
                     tracing::error!(error = %e, "journal rotation failed; appending to the current segment")
@@ -837,6 +917,7 @@ fn append_loop(
             Ok(()) => {
                 shared.append_failing.store(false, Ordering::Release);
                 seg.pos += buf.len() as u64;
+                last_written = live.last().map_or(last_written, |e| e.seq);
                 let mut durable = Vec::with_capacity(live.len());
                 let mut acks = Vec::with_capacity(live.len());
                 for e in live {
@@ -911,7 +992,7 @@ fn rotate(shared: &Shared, first_seq: u64, zeroed: Option<File>) -> Result<Segme
         return Err(e);
     }
     shared.segments.lock().push((first_seq, p.clone()));
-    Ok(Segment { file, path: p, pos: 0, cap })
+    Ok(Segment { file, path: p, pos: 0, cap, first_seq })
 }
 
 /// Stages every durable operation's rows in the memtable, then hands full memtables to the
@@ -1665,6 +1746,79 @@ mod tests {
         assert_ne!((full.len() - 1) % SECTOR, 0, "the end byte starts a sector: pick another size");
         b[full.len() - 1] = 0;
         assert!(matches!(parse_segment(Path::new("x"), &b, true), Err(StoreError::Corrupt(_))));
+    }
+
+    /// A last record whose end byte starts a sector, damaged to zero: the written part then
+    /// seems to end a sector earlier, as if the append were torn, but the rest of the record
+    /// checks out, so it landed: refused, never dropped as a torn tail.
+    #[test]
+    fn a_damaged_end_byte_alone_in_its_sector_is_refused_not_dropped() {
+        let head = segment(3);
+        let frame_with = |k: usize| {
+            let mut o = op(4);
+            if let Op::DeleteUser { user } = &mut o {
+                user.user_id = format!("u4-{}", "x".repeat(k)).into();
+            }
+            encode_frame(4, &o).unwrap()
+        };
+        let k = (0..SECTOR)
+            .find(|&k| (head.len() + frame_with(k).len() - 1).is_multiple_of(SECTOR))
+            .expect("some length puts the end byte at a sector start");
+        let mut b = head.clone();
+        b.extend_from_slice(&frame_with(k));
+        let end = b.len() - 1;
+        b.resize(b.len() + 4096, 0);
+        let (frames, _) = parse_segment(Path::new("x"), &b, true).unwrap();
+        assert_eq!(frames.len(), 4, "intact, it reads whole");
+        b[end] = 0;
+        match parse_segment(Path::new("seg.wal"), &b, true) {
+            Err(StoreError::Corrupt(m)) => {
+                assert!(m.contains("seg.wal") && m.contains(&format!("offset {}", head.len())), "{m}");
+                assert!(m.contains("end byte"), "{m}");
+            }
+            other => panic!(
+                "a damaged acknowledged record was taken for a torn tail: {:?}",
+                other.map(|(f, _)| f.len())
+            ),
+        }
+    }
+
+    /// A frame of a later format ("PJN3", its header checksum whole) asks for a newer binary.
+    #[test]
+    fn a_newer_frame_format_refuses_as_newer_not_as_damage() {
+        let mut b = segment(3);
+        let at = segment(2).len();
+        b[at + 3] = b'3';
+        let hcrc = crc32fast::hash(&b[at..at + 16]);
+        b[at + 16..at + 20].copy_from_slice(&hcrc.to_le_bytes());
+        match parse_segment(Path::new("seg.wal"), &b, true) {
+            Err(StoreError::NewerFormat(m)) => assert!(m.contains("PJN3") && m.contains("upgrade"), "{m}"),
+            other => panic!("{:?}", other.map(|(f, _)| f.len())),
+        }
+        // With a damaged header checksum it is damage, as before.
+        b[at + 16] ^= 1;
+        assert!(matches!(parse_segment(Path::new("seg.wal"), &b, true), Err(StoreError::Corrupt(_))));
+    }
+
+    #[test]
+    fn segments_must_chain_on_from_storage_and_from_each_other() {
+        let a = PathBuf::from("j/00000000000000000101.wal");
+        let b = PathBuf::from("j/00000000000000000201.wal");
+        // The first follows on from what storage holds (records up to 100, or further).
+        assert!(check_chain(&a, None, 100, Some(101)).is_ok());
+        assert!(check_chain(&a, None, 150, Some(120)).is_ok());
+        let e = check_chain(&a, None, 99, Some(101)).unwrap_err().to_string();
+        assert!(e.contains("101.wal") && e.contains("missing"), "{e}");
+        // The next starts one past the previous one's last record; refused writes may leave a
+        // gap before its own first record.
+        assert!(check_chain(&b, Some((&a, Some(200))), 0, Some(201)).is_ok());
+        assert!(check_chain(&b, Some((&a, Some(200))), 0, Some(205)).is_ok());
+        assert!(check_chain(&b, Some((&a, None)), 0, None).is_err());
+        let e = check_chain(&b, Some((&a, Some(150))), 0, Some(201)).unwrap_err().to_string();
+        assert!(e.contains("201.wal") && e.contains("101.wal") && e.contains("record 150"), "{e}");
+        // No record before its name, and a name that is a record number.
+        assert!(check_chain(&b, Some((&a, Some(200))), 0, Some(199)).is_err());
+        assert!(check_chain(Path::new("j/x.wal"), None, 0, None).is_err());
     }
 
     /// Frames written before the end byte (magic "PJNL") still read, and their payload decodes.
