@@ -21,6 +21,8 @@ use crate::store::users::{IdemCheck, IdemRun};
 use crate::store::IdemRecord;
 
 pub const HEADER: &str = "idempotency-key";
+/// [`HEADER`] as a name: a lookup by `&str` parses and checks the text every time.
+pub static HEADER_NAME: hyper::header::HeaderName = hyper::header::HeaderName::from_static(HEADER);
 pub const REPLAYED: &str = "idempotent-replayed";
 /// Longest key accepted.
 pub const KEY_MAX: usize = 255;

@@ -184,28 +184,28 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) 
     let (parts, body) = req.into_parts();
     // A body that never (fully) arrives must not hold the connection: after the deadline the
     // answer is 408 and the connection closes, dropping whatever was left unread.
-    // (A request without a body, most GETs, needs no timer.)
-    let read = if hyper::body::Body::is_end_stream(&body) {
-        Ok(Limited::new(body, MAX_BODY_BYTES).collect().await)
+    // (A request without a body, most GETs, is neither read nor timed.)
+    let body = if hyper::body::Body::is_end_stream(&body) {
+        Bytes::new()
     } else {
         let deadline = Duration::from_secs(app.cfg.body_timeout_secs);
-        tokio::time::timeout(deadline, Limited::new(body, MAX_BODY_BYTES).collect()).await
-    };
-    let Ok(read) = read else {
-        return Reply::bare(408, "Request body not received in time")
-            .header(CONNECTION, HeaderValue::from_static("close"));
-    };
-    let body = match read {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return too_large(),
-        Err(e) => {
-            tracing::debug!(error = %e, "body read failed");
-            return Reply::bare(400, "Invalid request body");
+        let Ok(read) = tokio::time::timeout(deadline, Limited::new(body, MAX_BODY_BYTES).collect()).await
+        else {
+            return Reply::bare(408, "Request body not received in time")
+                .header(CONNECTION, HeaderValue::from_static("close"));
+        };
+        match read {
+            Ok(b) => b.to_bytes(),
+            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return too_large(),
+            Err(e) => {
+                tracing::debug!(error = %e, "body read failed");
+                return Reply::bare(400, "Invalid request body");
+            }
         }
     };
     // The idempotency futures are boxed, and only built for a request with a key: inline they
     // would grow every request's state, which is moved whole into its box.
-    let begin = if parts.headers.contains_key(idem::HEADER) {
+    let begin = if parts.headers.contains_key(&idem::HEADER_NAME) {
         Box::pin(idem::begin(app, r, &pass, &parts.headers, parts.uri.query(), &body, start_us)).await
     } else {
         idem::Begin::Skip
@@ -215,7 +215,9 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) 
         idem::Begin::Answer(reply) => return reply,
         idem::Begin::Run { req, run, user_id } => (Some(req), Some((run, user_id))),
     };
-    let ct = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    // The content type only says how to read a body.
+    let ct =
+        if body.is_empty() { None } else { parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) };
     let parsed = Params::parse(parts.uri.query(), ct, &body);
     let has_auth = parts.headers.contains_key(hyper::header::AUTHORIZATION);
     // The request's head and body are slices of the connection's read buffer. While a handler
