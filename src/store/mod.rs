@@ -204,6 +204,10 @@ pub trait WriteTxn: Send + Sync {
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// A user number never used before, on this transaction's connection.
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
+    /// The user's delta-sync knowledge and kept idempotent answers, on this transaction's
+    /// connection: a write that holds one connection never waits for a second (with every
+    /// pooled connection held by such writes, none would come).
+    fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>>;
     /// Writes `op` and commits; resolves with the user's new version once durable. On error
     /// the outcome may be unknown (a connection lost during COMMIT).
     fn commit(self: Box<Self>, op: Box<Op>) -> BoxFuture<'static, Result<u64, StoreError>>;

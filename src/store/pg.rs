@@ -351,6 +351,27 @@ async fn load(c: &ClientWrapper, user_id: &str) -> Result<Option<Loaded>, StoreE
     Ok(Some((user, tree, version)))
 }
 
+/// The user's delta-sync knowledge and kept idempotent answers, read on `c`.
+async fn load_meta(c: &ClientWrapper, user_no: u64) -> Result<UserMeta, StoreError> {
+    let no = signed(user_no)?;
+    let st = c
+        .prepare_cached("SELECT max(knowledge) FROM change_rows WHERE user_no = $1")
+        .await
+        .map_err(pg_err)?;
+    let row = c.query_one(&st, &[&no]).await.map_err(pg_err)?;
+    let knowledge = match row.try_get::<_, Option<i64>>(0).map_err(pg_err)? {
+        Some(k) => unsigned(k)?,
+        None => 0,
+    };
+    let st = c.prepare_cached("SELECT body FROM idem_keys WHERE user_no = $1").await.map_err(pg_err)?;
+    let mut idem = Vec::new();
+    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+        let body: Vec<u8> = row.try_get(0).map_err(pg_err)?;
+        idem.push(decode(&body)?);
+    }
+    Ok(UserMeta { knowledge, idem })
+}
+
 async fn txid_exists(c: &ClientWrapper, user_no: u64, id: &str) -> Result<bool, StoreError> {
     let st = c
         .prepare_cached("SELECT 1 FROM main_txids WHERE user_no = $1 AND txid = $2")
@@ -573,6 +594,10 @@ impl WriteTxn for PgWrite {
         Box::pin(async move { next_user_no(self.txn.c()?).await })
     }
 
+    fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
+        Box::pin(async move { load_meta(self.txn.c()?, user_no).await })
+    }
+
     fn commit(self: Box<Self>, op: Box<Op>) -> BoxFuture<'static, Result<u64, StoreError>> {
         Box::pin(async move {
             let _timer = crate::metrics::CommitTimer::start(op.rows());
@@ -637,27 +662,7 @@ impl SharedStore for PgStore {
 
 impl Store for PgStore {
     fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
-        Box::pin(async move {
-            let c = self.conn().await?;
-            let no = signed(user_no)?;
-            let st = c
-                .prepare_cached("SELECT max(knowledge) FROM change_rows WHERE user_no = $1")
-                .await
-                .map_err(pg_err)?;
-            let row = c.query_one(&st, &[&no]).await.map_err(pg_err)?;
-            let knowledge = match row.try_get::<_, Option<i64>>(0).map_err(pg_err)? {
-                Some(k) => unsigned(k)?,
-                None => 0,
-            };
-            let st =
-                c.prepare_cached("SELECT body FROM idem_keys WHERE user_no = $1").await.map_err(pg_err)?;
-            let mut idem = Vec::new();
-            for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
-                let body: Vec<u8> = row.try_get(0).map_err(pg_err)?;
-                idem.push(decode(&body)?);
-            }
-            Ok(UserMeta { knowledge, idem })
-        })
+        Box::pin(async move { load_meta(&*self.conn().await?, user_no).await })
     }
 
     fn read_changes(

@@ -212,14 +212,16 @@ impl Users {
         let Some((user, tree)) = self.store.load_user(user_id).await? else {
             return Ok(None);
         };
-        self.checked(user_id, Some((user, tree, 0))).await
+        self.checked(user_id, Some((user, tree, 0)), None).await
     }
 
     /// A loaded user as a state, after checking its tree's invariants.
+    /// `txn`: the write transaction the user was loaded in, which reads the rest too.
     async fn checked(
         &self,
         user_id: &str,
         loaded: Option<Loaded>,
+        txn: Option<&dyn WriteTxn>,
     ) -> Result<Option<Arc<UserState>>, StoreError> {
         let Some((user, mut tree, version)) = loaded else {
             return Ok(None);
@@ -229,7 +231,10 @@ impl Users {
         if let Err(e) = crate::domain::tree::check_invariants(&tree) {
             return Err(StoreError::Codec(format!("stored tree of {user_id} fails invariants: {e}")));
         }
-        let meta = self.store.load_meta(user.user_no).await?;
+        let meta = match txn {
+            Some(t) => t.load_meta(user.user_no).await?,
+            None => self.store.load_meta(user.user_no).await?,
+        };
         let idem = Arc::new(meta.idem.into_iter().map(|r| (r.key.clone(), r)).collect());
         Ok(Some(Arc::new(UserState { user, tree, basis, version, knowledge: meta.knowledge, idem })))
     }
@@ -288,7 +293,7 @@ impl Users {
         }
         crate::metrics::user_cache_miss();
         let s = match stored {
-            Some(_) => self.checked(user_id, sh.load_versioned(user_id).await?).await?,
+            Some(_) => self.checked(user_id, sh.load_versioned(user_id).await?, None).await?,
             None => None,
         };
         // Any state of a given version is that version's state; keep the newer of this load and
@@ -407,7 +412,7 @@ impl Users {
                 None
             } else {
                 // Another node wrote since this node cached the user: reload under the lock.
-                let s = self.checked(user_id, txn.load_user(user_id).await?).await?;
+                let s = self.checked(user_id, txn.load_user(user_id).await?, Some(&*txn)).await?;
                 *slot.state.write() = Some(s.clone());
                 s
             };
