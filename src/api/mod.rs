@@ -22,7 +22,7 @@ use crate::http::json::Obj;
 use crate::http::params::{NumVal, Params};
 use crate::http::response::{envelope, ApiError};
 use crate::http::router::Ep;
-use crate::store::users::{UserState, WriteGuard};
+use crate::store::users::{UserState, WriteGuard, IDEM_TTL_US};
 use crate::store::{IdemRecord, StoreError};
 
 /// One request as a handler sees it.
@@ -43,8 +43,9 @@ pub struct IdemReq {
     /// The endpoint's 500 prefix, to render the envelope.
     pub prefix: &'static str,
     /// Set once a mutation committed the answer with its write: status and the exact body to
-    /// send (rendered once, timing included, so a replay is byte for byte the same).
-    pub kept: std::sync::Mutex<Option<(u16, String)>>,
+    /// send (rendered once, timing included, so a replay is byte for byte the same), and whether
+    /// it is the replay of an answer kept before ([`idem_answered`]).
+    pub kept: std::sync::Mutex<Option<(u16, String, bool)>>,
 }
 
 impl Rq {
@@ -157,7 +158,31 @@ where
 {
     let guard = app.users.lock(rq.user_id()?).await?;
     let cur = guard.current.clone().ok_or_else(no_tree)?;
+    if idem_answered(app, rq, &cur) {
+        return Ok(Obj::new());
+    }
     mutate_locked(app, guard, cur, rq, f).await
+}
+
+/// Under the user's lock, an `Idempotency-Key` that is already kept: another node ran the same
+/// key while this request waited for the lock (the check before the lock could not see it).
+/// Its answer is set as the request's (a replay, or the 422 of other parameters) and nothing
+/// runs; `true` then, and whatever the handler returns is not sent.
+pub(crate) fn idem_answered(app: &App, rq: &Rq, cur: &UserState) -> bool {
+    let Some(i) = &rq.idem else { return false };
+    let Some(r) = cur.idem.get(&i.key).filter(|r| rq.now_us - r.created_us < IDEM_TTL_US) else {
+        return false;
+    };
+    let answer = if r.fingerprint == i.fingerprint {
+        (r.status, r.body.clone(), true)
+    } else {
+        let err = ApiError::new(422, crate::http::idem::MISMATCH);
+        (422, envelope(Err(err), i.prefix, rq.now_us, app.clock.now_micros()).body, false)
+    };
+    if let Ok(mut k) = i.kept.lock() {
+        *k = Some(answer);
+    }
+    true
 }
 
 /// [`mutate`] for a caller that already holds the user's lock and has checked the tree exists.
@@ -200,7 +225,7 @@ where
     })?;
     if let (Some(i), Some(r)) = (&rq.idem, rec) {
         if let Ok(mut k) = i.kept.lock() {
-            *k = Some((r.status, r.body));
+            *k = Some((r.status, r.body, false));
         }
     }
     Ok(fields)

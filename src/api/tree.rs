@@ -157,6 +157,9 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     // One lock hold: decide between the whole user and a sub-account, then commit.
     let guard = app.users.lock(&user_id).await?;
     let cur = guard.current.clone().ok_or_else(no_user)?;
+    if super::idem_answered(app, rq, &cur) {
+        return Ok(Obj::new());
+    }
     if find(&cur.tree, &uuid, not_found)?.uuid == cur.tree.root {
         guard.delete_user().await?;
         return Ok(Obj::new()

@@ -134,9 +134,14 @@ pub async fn finish(
     start_us: i64,
 ) -> Reply {
     // Kept by the mutation's own commit: send exactly what was stored.
-    if let Some((status, body)) = req.kept.lock().ok().and_then(|mut k| k.take()) {
+    if let Some((status, body, replayed)) = req.kept.lock().ok().and_then(|mut k| k.take()) {
         drop(run);
-        return Reply::json(status, body);
+        let r = Reply::json(status, body);
+        return if replayed {
+            r.header(HeaderName::from_static(REPLAYED), HeaderValue::from_static("true"))
+        } else {
+            r
+        };
     }
     let keep = matches!(result, Ok(_) | Err(ApiError::Client(..)) | Err(ApiError::Bare(..)));
     let now = app.clock.now_micros();
