@@ -151,10 +151,21 @@ impl<'de> Visitor<'de> for FirstWins {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut out: Vec<(String, Value, Option<String>)> = Vec::new();
+        // Keys seen, once there are many: a scan of `out` per key made a body of 80k keys
+        // (under 1 MiB, no token needed) cost seconds of a worker.
+        let mut seen: Option<std::collections::HashSet<String>> = None;
         while let Some(k) = map.next_key::<String>()? {
             let raw: &'de RawValue = map.next_value()?;
-            if out.iter().any(|(ek, _, _)| *ek == k) {
+            let dup = match &mut seen {
+                Some(set) => !set.insert(k.clone()),
+                None => out.iter().any(|(ek, _, _)| *ek == k),
+            };
+            if dup {
                 continue;
+            }
+            if seen.is_none() && out.len() >= 16 {
+                seen =
+                    Some(out.iter().map(|(ek, _, _)| ek.clone()).chain(std::iter::once(k.clone())).collect());
             }
             let v: Value = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
             let lit = number_text(raw.get(), &v);
@@ -300,6 +311,32 @@ pub fn money_cents(name: &str, d: &Dec) -> Result<i64, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first of duplicate JSON keys wins, whether a key repeats among the first few or
+    /// after many (where a set of seen keys takes over from a scan).
+    #[test]
+    fn json_first_key_wins_among_many() {
+        for n in [3usize, 16, 17, 40, 5000] {
+            let mut body = String::from("{");
+            for i in 0..n {
+                body.push_str(&format!("\"k{i}\":{i},"));
+            }
+            // Every key again, and the 17th key a third time, each with another value.
+            for i in 0..n {
+                body.push_str(&format!("\"k{i}\":\"again\","));
+            }
+            body.push_str("\"k16\":\"third\",\"last\":true}");
+            let m = parse_json_object(body.as_bytes()).expect("an object");
+            assert_eq!(m.len(), n + 1 + usize::from(n <= 16), "{n} keys");
+            for (i, (k, v, lit)) in m.iter().take(n).enumerate() {
+                assert_eq!(
+                    (k.as_str(), lit.as_deref()),
+                    (format!("k{i}").as_str(), Some(i.to_string().as_str()))
+                );
+                assert!(v.is_number(), "{k}");
+            }
+        }
+    }
 
     #[test]
     fn decoding() {
