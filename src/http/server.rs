@@ -97,7 +97,7 @@ async fn handle(
     let start_us = app.clock.now_micros();
     let mut reply =
         match filter::run(&app, &conn, req.method(), req.uri().path(), req.headers(), peer.ip(), start_us) {
-            Err(r) => r,
+            Err(r) => drain(&app, req.into_body(), r).await,
             Ok(passed) => {
                 if let (true, Pass::User(i)) = (log_on, &passed.who) {
                     user = Some(i.user_id.clone());
@@ -156,24 +156,50 @@ fn bounded(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// How long an answer that needs no body waits for one to arrive (see [`drain`]): a client
+/// sends its body with its head, and the answer itself should not wait.
+const DRAIN_WAIT: Duration = Duration::from_millis(500);
+
+/// Reads and drops the body of a request answered without it (a 401, a 404, a static file):
+/// left unread, hyper closes the connection after the answer, and the kernel, holding unread
+/// bytes, resets it, which can lose the answer on its way to the client. At most 1 MiB, for at
+/// most [`DRAIN_WAIT`]; past either, the answer closes the connection instead.
+async fn drain(app: &App, body: Incoming, reply: Reply) -> Reply {
+    if hyper::body::Body::is_end_stream(&body) {
+        return reply;
+    }
+    let deadline = DRAIN_WAIT.min(Duration::from_secs(app.cfg.body_timeout_secs));
+    match tokio::time::timeout(deadline, Limited::new(body, MAX_BODY_BYTES).collect()).await {
+        Ok(Ok(_)) => reply,
+        _ => reply.header(CONNECTION, HeaderValue::from_static("close")),
+    }
+}
+
 async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) -> Reply {
     if let Some(asset) = assets::find(req.method(), req.uri().path()) {
-        return assets::reply(asset, req.headers());
+        let reply = assets::reply(asset, req.headers());
+        return drain(app, req.into_body(), reply).await;
     }
     let r = match route(req.method(), req.uri().path()) {
         Routed::Found(r) => r,
-        Routed::NotFound => return Reply::bare(404, "404 - Resource Not Found"),
+        Routed::NotFound => {
+            return drain(app, req.into_body(), Reply::bare(404, "404 - Resource Not Found")).await
+        }
         Routed::WrongMethod(m) => {
-            return Reply::bare(405, "405 - Method Not Allowed")
-                .header(ALLOW, HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")))
+            let reply = Reply::bare(405, "405 - Method Not Allowed")
+                .header(ALLOW, HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")));
+            return drain(app, req.into_body(), reply).await;
         }
     };
-    match r.ep {
-        Ep::Ping | Ep::Ops(Op::Healthz) => return ops::healthz(),
-        Ep::Ops(Op::Readyz) => return ops::readyz(app).await,
-        Ep::Ops(Op::Metrics) => return ops::metrics(app),
-        Ep::Ops(Op::OpenApi) => return ops::openapi(),
-        _ => {}
+    let ops = match r.ep {
+        Ep::Ping | Ep::Ops(Op::Healthz) => Some(ops::healthz()),
+        Ep::Ops(Op::Readyz) => Some(ops::readyz(app).await),
+        Ep::Ops(Op::Metrics) => Some(ops::metrics(app)),
+        Ep::Ops(Op::OpenApi) => Some(ops::openapi()),
+        _ => None,
+    };
+    if let Some(reply) = ops {
+        return drain(app, req.into_body(), reply).await;
     }
     let too_large = || Reply::bare(413, "Request body too large");
     let declared =
