@@ -413,3 +413,103 @@ fn one_idempotency_key_sent_to_both_nodes_at_once_writes_once() {
         assert_eq!(total(&a, &tok, &main), (7 * (k + 1)).to_string(), "{key}: written once");
     }
 }
+
+/// A TCP relay to the database that can stop passing bytes (a hung server or a network black
+/// hole: connections stay open, nothing answers).
+struct Relay {
+    addr: SocketAddr,
+    frozen: std::sync::Arc<AtomicBool>,
+}
+
+impl Relay {
+    fn start(upstream: SocketAddr) -> Relay {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let frozen = std::sync::Arc::new(AtomicBool::new(false));
+        let f = frozen.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = std::net::TcpStream::connect(upstream) else { continue };
+                for (mut from, mut to) in [
+                    (client.try_clone().expect("clone"), server.try_clone().expect("clone")),
+                    (server, client),
+                ] {
+                    let f = f.clone();
+                    std::thread::spawn(move || {
+                        let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+                        let mut buf = [0u8; 16384];
+                        loop {
+                            if f.load(Ordering::SeqCst) {
+                                std::thread::sleep(Duration::from_millis(10));
+                                continue;
+                            }
+                            match from.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => {
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => break,
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Relay { addr, frozen }
+    }
+}
+
+/// A database that stops answering without closing its connections: requests, a write holding
+/// a connection among them, answer 503 within the query bound (10 s) instead of waiting for as
+/// long as it lasts, and the node serves again once the database answers, without a restart.
+#[test]
+fn a_database_that_stops_answering_gets_503_not_a_hang() {
+    let Some(db) = database("a_database_that_stops_answering_gets_503_not_a_hang") else { return };
+    // postgres://user@host:port/name -> the same through the relay.
+    let (head, rest) = db.rsplit_once('@').expect("user@host in the URL");
+    let (hostport, name) = rest.split_once('/').expect("/db in the URL");
+    let upstream: SocketAddr = hostport.replace("localhost", "127.0.0.1").parse().expect("host:port");
+    let relay = Relay::start(upstream);
+    let url = format!("{head}@{}/{name}", relay.addr);
+    let n = node(&url);
+    let (tok, main) = user(&n, &n, "hung", 0);
+    ok(deposit(&n, &tok, &main, 5, "before").expect("node answers"));
+    relay.frozen.store(true, Ordering::SeqCst);
+    // Every relay thread past its current read (20 ms at most).
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+        let w = s.spawn(|| deposit(&n, &tok, &main, 7, "during").expect("node answers"));
+        let r = s.spawn(|| req(n.addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), Value::Null));
+        vec![w.join().expect("thread"), r.join().expect("thread")]
+    });
+    let waited = started.elapsed();
+    for (st, v) in &answers {
+        assert_eq!(*st, 503, "{v}");
+        assert_eq!(v["success"], json!(false), "{v}");
+    }
+    // Bounded by the node (10 s), not by the client's own timeout (60 s).
+    assert!(waited < Duration::from_secs(40), "answered after {waited:?}");
+    relay.frozen.store(false, Ordering::SeqCst);
+    // Answering again: the node serves without a restart; the write that got 503 may or may not
+    // have been made (its COMMIT may have reached the database), never half.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match deposit(&n, &tok, &main, 11, "after") {
+            Some((200, _)) => break,
+            other => assert!(Instant::now() < deadline, "no recovery: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let total: u64 = total(&n, &tok, &main).parse().expect("a number");
+    assert!(total == 16 || total == 23, "total {total}");
+}

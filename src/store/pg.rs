@@ -11,6 +11,7 @@
 //! transaction and recorded in `schema_migrations`.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -247,6 +248,30 @@ async fn setup(cfg: &tokio_postgres::Config) -> Result<String, StoreError> {
     Ok(secret)
 }
 
+/// How long one storage call may wait for the database (its connection included): a database
+/// that stops answering without closing connections (a hung server, a network black hole)
+/// would otherwise hold a request, and its user's other writes, for as long as it lasts.
+const QUERY_WAIT: Duration = Duration::from_secs(10);
+/// The same for reading a log range, which may be a whole long log.
+const LONG_READ_WAIT: Duration = Duration::from_secs(60);
+
+/// `f`, or 503 once `wait` has passed (a cancelled transaction rolls back or its connection is
+/// closed, see [`Txn`]).
+fn bounded<'a, T: 'a>(
+    wait: Duration,
+    f: impl Future<Output = Result<T, StoreError>> + Send + 'a,
+) -> BoxFuture<'a, Result<T, StoreError>> {
+    Box::pin(async move {
+        match tokio::time::timeout(wait, f).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "the database did not answer within {} s",
+                wait.as_secs()
+            ))),
+        }
+    })
+}
+
 /// A pooled connection inside a transaction. Dropped without [`Txn::commit`], it rolls back
 /// (or, outside a runtime, closes the connection, which rolls back too): a handler that fails
 /// or is cancelled never leaves a lock or a half-written change behind.
@@ -261,13 +286,20 @@ impl Txn {
 
     async fn commit(mut self) -> Result<(), StoreError> {
         let obj = self.obj.take().ok_or_else(|| StoreError::Engine("transaction already finished".into()))?;
-        match obj.batch_execute("COMMIT").await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                // The outcome is unknown if the connection broke; never reuse it.
-                let _ = Object::take(obj);
-                Err(pg_err(e))
+        // Until COMMIT answers, the connection's state is unknown: if it fails, or this wait is
+        // cancelled (the database did not answer in time), it is closed, never reused.
+        let mut dirty = Dirty(Some(obj));
+        let done = match dirty.0.as_deref() {
+            Some(c) => c.batch_execute("COMMIT").await,
+            None => return Err(StoreError::Engine("transaction already finished".into())),
+        };
+        match done {
+            Ok(()) => {
+                // Clean: back to the pool.
+                drop(dirty.0.take());
+                Ok(())
             }
+            Err(e) => Err(pg_err(e)),
         }
     }
 }
@@ -583,23 +615,23 @@ impl WriteTxn for PgWrite {
     }
 
     fn load_user<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Loaded>, StoreError>> {
-        Box::pin(async move { load(self.txn.c()?, user_id).await })
+        bounded(QUERY_WAIT, async move { load(self.txn.c()?, user_id).await })
     }
 
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move { txid_exists(self.txn.c()?, user_no, id).await })
+        bounded(QUERY_WAIT, async move { txid_exists(self.txn.c()?, user_no, id).await })
     }
 
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(async move { next_user_no(self.txn.c()?).await })
+        bounded(QUERY_WAIT, async move { next_user_no(self.txn.c()?).await })
     }
 
     fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
-        Box::pin(async move { load_meta(self.txn.c()?, user_no).await })
+        bounded(QUERY_WAIT, async move { load_meta(self.txn.c()?, user_no).await })
     }
 
     fn commit(self: Box<Self>, op: Box<Op>) -> BoxFuture<'static, Result<u64, StoreError>> {
-        Box::pin(async move {
+        bounded(QUERY_WAIT, async move {
             let _timer = crate::metrics::CommitTimer::start(op.rows());
             let version = apply(self.txn.c()?, &op).await?;
             {
@@ -615,7 +647,7 @@ impl WriteTxn for PgWrite {
 
 impl SharedStore for PgStore {
     fn version<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Version>, StoreError>> {
-        Box::pin(async move {
+        bounded(QUERY_WAIT, async move {
             let c = self.conn().await?;
             let st = c
                 .prepare_cached("SELECT user_no, version FROM users WHERE user_id = $1")
@@ -629,7 +661,7 @@ impl SharedStore for PgStore {
     }
 
     fn load_versioned<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Loaded>, StoreError>> {
-        Box::pin(async move {
+        bounded(QUERY_WAIT, async move {
             // One snapshot for the user row and every tree row.
             let txn = self.begin(" ISOLATION LEVEL REPEATABLE READ READ ONLY").await?;
             let loaded = load(txn.c()?, user_id).await?;
@@ -645,16 +677,22 @@ impl SharedStore for PgStore {
     ) -> BoxFuture<'a, Result<Box<dyn WriteTxn>, StoreError>> {
         Box::pin(async move {
             let ms = lock_wait.as_millis().max(1);
-            let txn = self.begin(&format!("; SET LOCAL lock_timeout = '{ms}ms'")).await?;
-            let c = txn.c()?;
-            let st = c
-                .prepare_cached("SELECT user_no, version FROM users WHERE user_id = $1 FOR UPDATE")
-                .await
-                .map_err(pg_err)?;
-            let locked = match c.query_opt(&st, &[&user_id]).await.map_err(pg_err)? {
-                Some(row) => Some((unsigned(col(&row, 0)?)?, unsigned(col(&row, 1)?)?)),
-                None => None,
-            };
+            let txn =
+                bounded(QUERY_WAIT, self.begin(&format!("; SET LOCAL lock_timeout = '{ms}ms'"))).await?;
+            // The row lock may be held by another node for up to `lock_wait` (then PostgreSQL's
+            // lock_timeout answers); past that, the database itself is not answering.
+            let locked = bounded(lock_wait + QUERY_WAIT, async {
+                let c = txn.c()?;
+                let st = c
+                    .prepare_cached("SELECT user_no, version FROM users WHERE user_id = $1 FOR UPDATE")
+                    .await
+                    .map_err(pg_err)?;
+                Ok(match c.query_opt(&st, &[&user_id]).await.map_err(pg_err)? {
+                    Some(row) => Some((unsigned(col(&row, 0)?)?, unsigned(col(&row, 1)?)?)),
+                    None => None,
+                })
+            })
+            .await?;
             Ok(Box::new(PgWrite { txn, locked }) as Box<dyn WriteTxn>)
         })
     }
@@ -662,7 +700,7 @@ impl SharedStore for PgStore {
 
 impl Store for PgStore {
     fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
-        Box::pin(async move { load_meta(&*self.conn().await?, user_no).await })
+        bounded(QUERY_WAIT, async move { load_meta(&*self.conn().await?, user_no).await })
     }
 
     fn read_changes(
@@ -672,7 +710,7 @@ impl Store for PgStore {
         upto: u64,
         max: usize,
     ) -> BoxFuture<'_, Result<Vec<SyncRow>, StoreError>> {
-        Box::pin(async move {
+        bounded(QUERY_WAIT, async move {
             if after >= upto {
                 return Ok(Vec::new());
             }
@@ -697,7 +735,7 @@ impl Store for PgStore {
         &'a self,
         user_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>> {
-        Box::pin(async move { Ok(self.load_versioned(user_id).await?.map(|(u, t, _)| (u, t))) })
+        bounded(QUERY_WAIT, async move { Ok(self.load_versioned(user_id).await?.map(|(u, t, _)| (u, t))) })
     }
 
     fn read_log(
@@ -707,7 +745,7 @@ impl Store for PgStore {
         from: u64,
         to: u64,
     ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
-        Box::pin(async move {
+        bounded(LONG_READ_WAIT, async move {
             let c = self.conn().await?;
             let st = c
                 .prepare_cached(
@@ -724,18 +762,18 @@ impl Store for PgStore {
     }
 
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move { txid_exists(&*self.conn().await?, user_no, id).await })
+        bounded(QUERY_WAIT, async move { txid_exists(&*self.conn().await?, user_no, id).await })
     }
 
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(async move { next_user_no(&*self.conn().await?).await })
+        bounded(QUERY_WAIT, async move { next_user_no(&*self.conn().await?).await })
     }
 
     /// Commits `op` in a transaction of its own (writes of the service go through
     /// [`SharedStore::begin_write`] instead, which also locks the user's row first).
     fn commit(&self, op: Box<Op>, _basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
         let pool = self.pool.clone();
-        Box::pin(async move {
+        bounded(QUERY_WAIT, async move {
             let obj = pool.get().await.map_err(pool_err)?;
             let txn = Txn { obj: Some(obj) };
             txn.c()?.batch_execute("BEGIN").await.map_err(pg_err)?;
