@@ -252,8 +252,9 @@ async fn setup(cfg: &tokio_postgres::Config) -> Result<String, StoreError> {
 /// that stops answering without closing connections (a hung server, a network black hole)
 /// would otherwise hold a request, and its user's other writes, for as long as it lasts.
 const QUERY_WAIT: Duration = Duration::from_secs(10);
-/// The same for reading a log range, which may be a whole long log.
-const LONG_READ_WAIT: Duration = Duration::from_secs(60);
+/// The same for a call whose work grows with a user's history: reading a log range (a whole
+/// long log, say) and committing (deleting a user deletes all of its records).
+const LONG_WAIT: Duration = Duration::from_secs(60);
 
 /// `f`, or 503 once `wait` has passed (a cancelled transaction rolls back or its connection is
 /// closed, see [`Txn`]).
@@ -631,7 +632,7 @@ impl WriteTxn for PgWrite {
     }
 
     fn commit(self: Box<Self>, op: Box<Op>) -> BoxFuture<'static, Result<u64, StoreError>> {
-        bounded(QUERY_WAIT, async move {
+        bounded(LONG_WAIT, async move {
             let _timer = crate::metrics::CommitTimer::start(op.rows());
             let version = apply(self.txn.c()?, &op).await?;
             {
@@ -745,7 +746,7 @@ impl Store for PgStore {
         from: u64,
         to: u64,
     ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
-        bounded(LONG_READ_WAIT, async move {
+        bounded(LONG_WAIT, async move {
             let c = self.conn().await?;
             let st = c
                 .prepare_cached(
@@ -773,7 +774,7 @@ impl Store for PgStore {
     /// [`SharedStore::begin_write`] instead, which also locks the user's row first).
     fn commit(&self, op: Box<Op>, _basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
         let pool = self.pool.clone();
-        bounded(QUERY_WAIT, async move {
+        bounded(LONG_WAIT, async move {
             let obj = pool.get().await.map_err(pool_err)?;
             let txn = Txn { obj: Some(obj) };
             txn.c()?.batch_execute("BEGIN").await.map_err(pg_err)?;
