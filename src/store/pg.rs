@@ -774,7 +774,8 @@ impl Store for PgStore {
     /// [`SharedStore::begin_write`] instead, which also locks the user's row first).
     fn commit(&self, op: Box<Op>, _basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
         let pool = self.pool.clone();
-        bounded(LONG_WAIT, async move {
+        // Not bounded: `pfm migrate` writes a whole user's history here in one commit.
+        Box::pin(async move {
             let obj = pool.get().await.map_err(pool_err)?;
             let txn = Txn { obj: Some(obj) };
             txn.c()?.batch_execute("BEGIN").await.map_err(pg_err)?;
