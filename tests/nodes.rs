@@ -81,6 +81,14 @@ fn deposit(n: &Node, tok: &str, main: &str, amount: u64, txn: &str) -> Option<(u
     )
 }
 
+/// `f` on each node, both at once (one thread each); the results in node order.
+fn on_both<T: Send>(a: &Node, b: &Node, f: impl Fn(&Node) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = [a, b].map(|n| s.spawn(|| f(n))).into_iter().collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+    })
+}
+
 /// Drops the timing fields of an answer.
 fn strip(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {
@@ -174,16 +182,7 @@ fn one_transaction_number_sent_to_both_nodes_at_once_succeeds_once() {
     let (tok, main) = user(&a, &b, "bob", 0);
     for k in 0..20 {
         let txn = format!("X{k}");
-        let statuses: Vec<u16> = std::thread::scope(|s| {
-            let hs: Vec<_> = [&a, &b]
-                .map(|n| {
-                    let (tok, main, txn) = (&tok, &main, &txn);
-                    s.spawn(move || deposit(n, tok, main, 5, txn).expect("node answers").0)
-                })
-                .into_iter()
-                .collect();
-            hs.into_iter().map(|h| h.join().expect("thread")).collect()
-        });
+        let statuses = on_both(&a, &b, |n| deposit(n, &tok, &main, 5, &txn).expect("node answers").0);
         let mut sorted = statuses.clone();
         sorted.sort();
         assert_eq!(sorted, vec![200, 409], "{txn}");
@@ -193,24 +192,8 @@ fn one_transaction_number_sent_to_both_nodes_at_once_succeeds_once() {
     // Registering one id on both nodes at once: exactly one succeeds.
     for k in 0..10 {
         let id = format!("twin{k}");
-        let mut st: Vec<u16> = std::thread::scope(|s| {
-            let hs: Vec<_> = [&a, &b]
-                .map(|n| {
-                    let id = &id;
-                    s.spawn(move || {
-                        req(
-                            n.addr,
-                            "POST",
-                            "/register",
-                            None,
-                            json!({"user_id": id, "password": "secret123"}),
-                        )
-                        .0
-                    })
-                })
-                .into_iter()
-                .collect();
-            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        let mut st = on_both(&a, &b, |n| {
+            req(n.addr, "POST", "/register", None, json!({"user_id": id, "password": "secret123"})).0
         });
         st.sort();
         assert_eq!(st, vec![200, 409], "{id}");
@@ -370,31 +353,15 @@ fn one_idempotency_key_sent_to_both_nodes_at_once_writes_once() {
     let body = json!({"uuid": main, "amount": 7, "channel": "c"}).to_string();
     for k in 0..15 {
         let key = format!("key-{k}");
-        let answers: Vec<(u16, Option<String>, String)> = std::thread::scope(|s| {
-            let hs: Vec<_> = [&a, &b]
-                .map(|n| {
-                    let (tok, key, body) = (&tok, &key, &body);
-                    s.spawn(move || {
-                        let r = proc::send(
-                            n.addr,
-                            "POST",
-                            "/deposit",
-                            Some(tok),
-                            &[("Idempotency-Key", key)],
-                            body,
-                        )
-                        .expect("node answers");
-                        let replayed = r
-                            .headers
-                            .iter()
-                            .find(|(h, _)| h.eq_ignore_ascii_case("idempotent-replayed"))
-                            .map(|(_, v)| v.clone());
-                        (r.status, replayed, r.text)
-                    })
-                })
-                .into_iter()
-                .collect();
-            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        let answers = on_both(&a, &b, |n| {
+            let r = proc::send(n.addr, "POST", "/deposit", Some(&tok), &[("Idempotency-Key", &key)], &body)
+                .expect("node answers");
+            let replayed = r
+                .headers
+                .iter()
+                .find(|(h, _)| h.eq_ignore_ascii_case("idempotent-replayed"))
+                .map(|(_, v)| v.clone());
+            (r.status, replayed, r.text)
         });
         // Both 200 with the same body (one a replay), or one 200 and one 409 (still running).
         let ok_ones: Vec<_> = answers.iter().filter(|a| a.0 == 200).collect();
