@@ -40,6 +40,21 @@ fn write_some(addr: SocketAddr, n: usize) -> (String, String) {
     (tok, main)
 }
 
+/// `n` deposits of 2 into `main` with ids T0.., each record about 400 bytes (a long channel),
+/// so that a few hundred fill several small segments.
+fn deposit_long_records(addr: SocketAddr, tok: &str, main: &str, n: usize) {
+    for i in 0..n {
+        let body = json!({"uuid": main, "amount": 2, "channel": "c".repeat(256), "transaction_number": format!("T{i}")});
+        assert_eq!(request(addr, "POST", "/deposit", Some(tok), body).0, 200);
+    }
+}
+
+/// A copy of the data directory `data` at `to` (`cp -a`), to damage without touching `data`.
+fn copy_data(data: &Path, to: &Path) {
+    let st = Command::new("cp").arg("-a").arg(data).arg(to).status().unwrap();
+    assert!(st.success(), "cp -a: {st}");
+}
+
 /// The journal's files named `*.<ext>`, in name order.
 fn segments(dir: &Path) -> Vec<PathBuf> {
     journal_files(dir, "wal")
@@ -243,8 +258,7 @@ fn zero_filled_segments_keep_acknowledged_writes_and_tell_torn_from_damaged() {
 
     // A flipped byte in the last acknowledged record, on a copy.
     let copy = dir.path().join("flip");
-    let st = std::process::Command::new("cp").arg("-a").arg(&data).arg(&copy).status().unwrap();
-    assert!(st.success(), "cp -a: {st}");
+    copy_data(&data, &copy);
     let flipped = copy.join("journal").join(seg.file_name().unwrap());
     let mut b = bytes.clone();
     b[last_off + last_len / 2] ^= 0x08;
@@ -299,10 +313,7 @@ fn checkpoints_delete_covered_segments_and_start_up_finishes_a_deletion_cut_shor
     let mut p = spawn_small_segments(&data, "50").unwrap();
     let (tok, main) = write_some(p.addr, 0);
     let n = 400;
-    for i in 0..n {
-        let body = json!({"uuid": main, "amount": 2, "channel": "c".repeat(256), "transaction_number": format!("T{i}")});
-        assert_eq!(request(p.addr, "POST", "/deposit", Some(&tok), body).0, 200);
-    }
+    deposit_long_records(p.addr, &tok, &main, n);
     // About 250 KB of records went through 64 KB segments; the checkpoints delete all but the
     // last one or two.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -339,17 +350,13 @@ fn a_missing_segment_refuses_to_start() {
     let mut p = spawn_small_segments(&data, "3600000").unwrap();
     let (tok, main) = write_some(p.addr, 0);
     let n = 300;
-    for i in 0..n {
-        let body = json!({"uuid": main, "amount": 2, "channel": "c".repeat(256), "transaction_number": format!("T{i}")});
-        assert_eq!(request(p.addr, "POST", "/deposit", Some(&tok), body).0, 200);
-    }
+    deposit_long_records(p.addr, &tok, &main, n);
     p.kill();
     let segs = segments(&data);
     assert!(segs.len() >= 3, "too few segments to take one from the middle: {segs:?}");
     let copy_without = |name: &str, gone: &Path| {
         let copy = dir.path().join(name);
-        let st = Command::new("cp").arg("-a").arg(&data).arg(&copy).status().unwrap();
-        assert!(st.success(), "cp -a: {st}");
+        copy_data(&data, &copy);
         std::fs::remove_file(copy.join("journal").join(gone.file_name().unwrap())).unwrap();
         copy
     };
