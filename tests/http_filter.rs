@@ -348,3 +348,39 @@ fn a_remembered_token_expires_on_its_connection() {
         (401, r#"{"success":false,"status":401,"error":"Invalid or expired token"}"#)
     );
 }
+
+/// A client may shut down its sending side once its request is out (`nc -N`, `socat`, Node's
+/// `socket.end(req)`) and still read the answer (RFC 9112 9.6). Each such request is answered,
+/// and each write it made is one the client heard about.
+#[test]
+fn a_half_closed_client_still_gets_its_answer() {
+    use std::io::{Read, Write};
+    let s = Srv::start();
+    let (tok, main) = s.user("u", "0");
+    for i in 0..10 {
+        let form = format!("uuid={main}&amount=1&channel=C");
+        let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        write!(
+            c,
+            "POST /deposit HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        )
+        .unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 "), "deposit {i}: {answer:?}");
+        assert!(answer.contains(&format!("\"balance\":{}", i + 1)), "deposit {i}: {answer}");
+    }
+    // The same for a request without a body.
+    let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer:?}");
+    assert_eq!(s.balance(&tok, &main), "10");
+}

@@ -309,8 +309,11 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
             let state = state.clone();
             async move { Ok::<_, Infallible>(handle(app, state, req, peer).await) }
         });
-        // No hyper timer: the header timeout is the byte stream's (see conn_io).
-        let conn = http1::Builder::new().serve_connection(TokioIo::new(io), svc);
+        // No hyper timer: the header timeout is the byte stream's (see conn_io). Half-close:
+        // a client that shuts down its sending side after its request still reads the answer
+        // (RFC 9112 9.6); without it hyper drops the request on that EOF, the answer with it,
+        // even after the write was made.
+        let conn = http1::Builder::new().half_close(true).serve_connection(TokioIo::new(io), svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _permit = permit;
