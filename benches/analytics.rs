@@ -128,6 +128,7 @@ fn run_once(f: &Fixture, ep: Ep, query: &str) {
         now_us: NOW * 1_000_000,
         has_auth: true,
         idem: None,
+        logs: Default::default(),
     };
     let out = f.rt.block_on(call(&f.app, ep, &rq));
     assert!(out.is_ok(), "{query}");

@@ -84,6 +84,11 @@ pub struct Config {
           default_value_t = crate::store::journal::SEGMENT_BYTES,
           value_parser = clap::value_parser!(u64).range(65536..=(1 << 32)))]
     pub journal_segment_bytes: u64,
+    /// Whole-log answers (/get_transactions without `limit`, /get_minimal_tree) holding more
+    /// records than this are streamed in chunks as they are read, without a Content-Length;
+    /// shorter ones are sent whole
+    #[arg(long = "stream-min-records", env = "STREAM_MIN_RECORDS", default_value_t = 4096)]
+    pub stream_min_records: u64,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -134,6 +139,7 @@ impl Config {
             checkpoint_interval_ms: 5000,
             worker_threads: 0,
             journal_segment_bytes: crate::store::journal::SEGMENT_BYTES,
+            stream_min_records: 4096,
             command: None,
         }
     }

@@ -385,3 +385,106 @@ fn plain_style_is_the_default() {
         (serde_json::json!(true), serde_json::Value::Null)
     );
 }
+
+/// Whole-log answers (SPEC 8.3 and 8.12 give every record) are streamed once they hold more
+/// records than `stream_min_records`, so one answer's memory is a page and a few chunks however
+/// long the log. The streamed text is exactly what the pages and the short form give.
+#[test]
+fn long_logs_are_streamed_in_chunks_with_the_same_content() {
+    let s = Srv::start_with(|c| c.stream_min_records = 100);
+    let (tok, main) = s.user("streamer", "0");
+    let kid = s.child(&tok, &main, "Kid", serde_json::json!({"allocation": 1}));
+    // 501 deposits: the main log (a deposit and a split each) passes a page of 1000 records
+    // and several chunks of 64 KiB.
+    std::thread::scope(|sc| {
+        for t in 0..3 {
+            let (s, tok, main) = (&s, &tok, &main);
+            sc.spawn(move || {
+                for i in (t..501).step_by(3) {
+                    s.deposit(tok, main, &format!("{}.{:02}", 1 + i / 100, i % 100)).ok();
+                }
+            });
+        }
+    });
+    let whole = s.get(&tok, "/get_transactions", &format!("uuid={main}"));
+    whole.ok();
+    assert_eq!(whole.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(whole.header("content-length"), None);
+    let txs = whole.json["transactions"].as_array().unwrap().clone();
+    assert_eq!(whole.json["transaction_count"], serde_json::json!(1002));
+    // The same records, in the same order, as the pages give them.
+    let mut paged = Vec::new();
+    let mut q = format!("uuid={main}&limit=1000");
+    loop {
+        let p = s.get(&tok, "/get_transactions", &q);
+        paged.extend(p.json["transactions"].as_array().unwrap().iter().cloned());
+        match p.json["next_cursor"].as_str() {
+            Some(c) => q = format!("uuid={main}&limit=1000&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(txs, paged);
+    // The child's log (501 records) streams too.
+    let short = s.get(&tok, "/get_transactions", &format!("uuid={kid}"));
+    assert_eq!(short.json["transaction_count"], serde_json::json!(501));
+    assert_eq!(short.header("transfer-encoding"), Some("chunked"));
+    // The tree: every account's log in place, the rest as before.
+    let tree = s.get(&tok, "/get_minimal_tree", "");
+    tree.ok();
+    assert_eq!(tree.header("transfer-encoding"), Some("chunked"));
+    let root = &tree.json["minimal_tree"];
+    assert_eq!(root["transactions"].as_array().unwrap(), &txs);
+    assert_eq!(root["child_accounts"]["Kid"]["transactions"], short.json["transactions"]);
+    assert_eq!(
+        root["total_balance"],
+        s.get(&tok, "/compute_total_balance", &format!("uuid={main}")).json["total_balance"]
+    );
+    // A client that stops reading part-way costs the server nothing more: it goes on serving.
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    write!(c, "GET /get_minimal_tree HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\n\r\n").unwrap();
+    let mut first = [0u8; 1024];
+    assert!(c.read(&mut first).unwrap() > 0);
+    drop(c);
+    s.get(&tok, "/get_balance", &format!("uuid={main}")).ok();
+}
+
+/// Under the threshold, or in the reference style (which reshapes a finished body), a log is
+/// sent whole with its Content-Length, as before.
+#[test]
+fn short_logs_and_the_reference_style_are_sent_whole() {
+    for style in [pfm::config::ResponseStyle::Plain, pfm::config::ResponseStyle::Reference] {
+        let s = Srv::start_with(|c| {
+            c.stream_min_records = 3;
+            c.response_style = style;
+        });
+        let tok = s.token("whole", "user");
+        let auth = bearer(&tok);
+        let post = |path: &str, body: serde_json::Value| {
+            let r = s.raw("POST", path, &[("Authorization", &auth)], Body::Json(body));
+            assert_eq!(r.status, 200, "{}", r.text);
+            r
+        };
+        let reg = post("/register", serde_json::json!({"user_id": "whole"}));
+        let uuid = &reg.json["uuid"];
+        let main = uuid.as_str().or(uuid[0].as_str()).unwrap().to_string();
+        let deposit = || post("/deposit", serde_json::json!({"uuid": main, "amount": "1", "channel": "c"}));
+        for n in 1..=3 {
+            deposit();
+            let r = s.get(&tok, "/get_transactions", &format!("uuid={main}"));
+            assert_eq!(r.status, 200);
+            let chunked = r.header("transfer-encoding") == Some("chunked");
+            assert!(!chunked, "{style:?}, {n} records");
+            assert_eq!(r.header("content-length"), Some(r.text.len().to_string().as_str()));
+        }
+        deposit();
+        let r = s.get(&tok, "/get_transactions", &format!("uuid={main}"));
+        let chunked = r.header("transfer-encoding") == Some("chunked");
+        assert_eq!(chunked, style == pfm::config::ResponseStyle::Plain, "{style:?}, 4 records");
+        let n = if chunked {
+            r.json["transaction_count"].clone()
+        } else {
+            r.json["transaction_count"][0].clone()
+        };
+        assert_eq!(n, serde_json::json!(4), "{}", r.text);
+    }
+}

@@ -1,6 +1,7 @@
 //! Read-only analytics (SPEC 8). Everything except the two log endpoints is answered from the
 //! snapshot's precomputed aggregates.
 
+use super::logs::LogPlan;
 use super::{find, integral, millionths, number, snapshot, Rq};
 use crate::app::App;
 use crate::domain::dates::{day_of, fmt_datetime, fmt_day, fmt_due, parse_date};
@@ -12,7 +13,6 @@ use crate::domain::tree::{
 use crate::http::json::{array, Obj};
 use crate::http::params::{check_len, PVal, Params};
 use crate::http::response::ApiError;
-use std::collections::HashMap;
 
 /// Default range start: today minus this many days (D19).
 const DEFAULT_SPAN_DAYS: i64 = 365_000;
@@ -67,10 +67,6 @@ pub fn record_obj(r: &TxRecord) -> Obj {
         .str("Date", &fmt_datetime(r.date))
 }
 
-fn log_json(recs: &[TxRecord]) -> String {
-    array(recs.iter().map(record_json))
-}
-
 /// Largest page of /get_transactions (issue 8).
 pub const PAGE_MAX: i64 = 1000;
 pub const BAD_LIMIT: &str = "limit must be an integer between 1 and 1000";
@@ -102,11 +98,14 @@ pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let Some(limit) = limit.transpose()? else {
         let st = snapshot(app, rq).await?;
         let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
-        let recs = app.users.read_log(&st, a.uuid).await?;
-        return Ok(Obj::new()
+        let (acc, count) = (a.uuid, a.log_len);
+        let mut plan = LogPlan::new(st.clone());
+        let obj = Obj::new()
             .str("uuid", &uuid)
-            .int("transaction_count", recs.len() as i128)
-            .raw("transactions", &log_json(&recs)));
+            .int("transaction_count", count.into())
+            .raw("transactions", &plan.marker(acc));
+        rq.set_logs(plan);
+        return Ok(obj);
     };
     let cursor = rq.params.str("cursor")?.map(|c| cursor_parse(&c)).transpose()?;
     let st = snapshot(app, rq).await?;
@@ -237,8 +236,8 @@ fn ts_flag(p: &Params) -> Result<bool, ApiError> {
 }
 
 struct TreeQuery<'a> {
-    /// The log of every account of the subtree, read before the tree is rendered.
-    logs: &'a HashMap<AccountId, Vec<TxRecord>>,
+    /// Where each account's log goes; filled in after the tree is rendered.
+    logs: &'a std::cell::RefCell<LogPlan>,
     tree: &'a Tree,
     now: i64,
     n_micro: i128,
@@ -251,7 +250,7 @@ impl TreeQuery<'_> {
     fn node(&self, id: AccountId, with_series: bool) -> Result<String, ApiError> {
         let t = self.tree;
         let a = t.get(id).ok_or_else(|| ApiError::Internal("dangling child".into()))?;
-        let logs = log_json(self.logs.get(&id).map(Vec::as_slice).unwrap_or(&[]));
+        let logs = self.logs.borrow_mut().marker(id);
         let mut children = Obj::new();
         for c in a.children.iter().filter_map(|c| t.get(*c)) {
             children = children.obj(&c.name, Obj::new().str("name", &c.name).str("uuid", &fmt_uuid(c.uuid)));
@@ -363,13 +362,9 @@ pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         Some(u) => find(&st.tree, u, || ApiError::new(403, "Account not found"))?.uuid,
     };
     let len = to - from + 1;
-    let mut logs = HashMap::new();
-    for acc in st.tree.preorder(id) {
-        logs.insert(acc, app.users.read_log(&st, acc).await?);
-    }
+    let plan = std::cell::RefCell::new(LogPlan::new(st.clone()));
     let q = TreeQuery {
-        logs: &logs,
-
+        logs: &plan,
         tree: &st.tree,
         now: rq.now(),
         n_micro,
@@ -377,5 +372,6 @@ pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         prev: (from - len, from - 1),
     };
     let node = q.node(id, series)?;
+    rq.set_logs(plan.into_inner());
     Ok(Obj::new().str("uuid", &uuid.unwrap_or_else(|| fmt_uuid(id))).raw("minimal_tree", &node))
 }

@@ -5,6 +5,7 @@
 mod analytics;
 mod attrs;
 mod auth;
+pub mod logs;
 mod money;
 mod sync;
 mod tree;
@@ -33,6 +34,8 @@ pub struct Rq {
     pub has_auth: bool,
     /// The request's `Idempotency-Key`, when it carries one and writes (issue 8 item 4).
     pub idem: Option<IdemReq>,
+    /// Logs the answer names by marker, to be filled in by `http` (see [`logs`]).
+    pub logs: std::sync::Mutex<Option<logs::LogPlan>>,
 }
 
 /// An `Idempotency-Key` being honoured: a mutation keeps its answer in its own commit.
@@ -57,6 +60,12 @@ impl Rq {
     }
     fn user_id(&self) -> Result<&str, ApiError> {
         self.ident().map(|i| i.user_id.as_str())
+    }
+    /// Hands the answer's logs over to be filled in (see [`logs`]).
+    fn set_logs(&self, plan: logs::LogPlan) {
+        if let Ok(mut p) = self.logs.lock() {
+            *p = Some(plan);
+        }
     }
     /// "Account not found" for endpoints whose status depends on the role (SPEC 3.6).
     fn role_not_found(&self, msg: &str) -> ApiError {

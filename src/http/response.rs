@@ -2,11 +2,15 @@
 //! routing errors, and the one error type handlers return.
 
 use std::fmt::Write as _;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::Full;
+use hyper::body::{Frame, SizeHint};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
+use tokio::sync::mpsc;
 
 use super::json::{escape_into, Obj};
 use crate::domain::dates::push_millis;
@@ -52,11 +56,51 @@ pub struct Reply {
     pub status: u16,
     pub body: String,
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Set instead of `body` for an answer written while it is sent (see `api::logs`).
+    pub chunks: Option<Chunks>,
+}
+
+/// The chunks of a streamed answer, as its writer sends them.
+pub type Chunks = mpsc::Receiver<Result<Bytes, std::io::Error>>;
+
+/// An answer's body: whole, with a Content-Length (nearly every answer), or chunks.
+pub enum Body {
+    Whole(Full<Bytes>),
+    Chunked(Chunks),
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            Body::Whole(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+            Body::Chunked(rx) => rx.poll_recv(cx).map(|c| c.map(|r| r.map(Frame::data))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Whole(b) => b.is_end_stream(),
+            Body::Chunked(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Whole(b) => b.size_hint(),
+            Body::Chunked(_) => SizeHint::default(),
+        }
+    }
 }
 
 impl Reply {
     pub fn json(status: u16, body: String) -> Reply {
-        Reply { status, body, headers: Vec::new() }
+        Reply { status, body, headers: Vec::new(), chunks: None }
     }
 
     /// `{"success":false,"status":N,"error":"..."}`
@@ -73,8 +117,12 @@ impl Reply {
         self
     }
 
-    pub fn into_response(self) -> Response<Full<Bytes>> {
-        let mut r = Response::new(Full::new(Bytes::from(self.body)));
+    pub fn into_response(self) -> Response<Body> {
+        let body = match self.chunks {
+            Some(c) => Body::Chunked(c),
+            None => Body::Whole(Full::new(Bytes::from(self.body))),
+        };
+        let mut r = Response::new(body);
         *r.status_mut() = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         // Sized once for the usual set (type, two rate-limit fields, request id, CORS), so the
         // map is not grown and rehashed insert by insert.

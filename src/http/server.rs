@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
@@ -29,8 +29,9 @@ use super::idem;
 use super::json::reference_style;
 use super::ops;
 use super::params::Params;
-use super::response::{envelope, ApiError, Reply};
+use super::response::{envelope, ApiError, Body, Reply};
 use super::router::{route, Ep, Op, Routed, ROUTES};
+use crate::api::logs::LogPlan;
 use crate::api::{self, Rq};
 use crate::app::App;
 use crate::config::ResponseStyle;
@@ -77,7 +78,7 @@ async fn handle(
     conn: Arc<ConnState>,
     req: Request<Incoming>,
     peer: SocketAddr,
-) -> Response<Full<Bytes>> {
+) -> Response<Body> {
     let _in_flight = conn.begin();
     let started = std::time::Instant::now();
     let route = metrics::route_index(req.uri().path());
@@ -175,7 +176,7 @@ async fn drain(app: &App, body: Incoming, reply: Reply) -> Reply {
     }
 }
 
-async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) -> Reply {
+async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: i64) -> Reply {
     if let Some(asset) = assets::find(req.method(), req.uri().path()) {
         let reply = assets::reply(asset, req.headers());
         return drain(app, req.into_body(), reply).await;
@@ -250,6 +251,7 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) 
     // waits (for its user's lock, for durability), hyper looks for the client's EOF by reading
     // into that buffer: were it still shared, it would allocate a fresh one every time.
     drop((parts, body));
+    let mut logs = None;
     let result = match parsed {
         Err(e) => Err(e),
         Ok(params) => {
@@ -257,13 +259,15 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) 
                 Pass::User(i) => Some(i),
                 Pass::Public => None,
             };
-            let rq = Rq { params, ident, now_us: start_us, has_auth, idem: idem.take() };
+            let rq =
+                Rq { params, ident, now_us: start_us, has_auth, idem: idem.take(), logs: Default::default() };
             let fut = api::call(app, r.ep, &rq);
             let res = match CatchUnwind(fut).await {
                 Ok(res) => res,
                 Err(()) => Err(ApiError::Internal("handler panicked".into())),
             };
             idem = rq.idem;
+            logs = rq.logs.into_inner().ok().flatten();
             res
         }
     };
@@ -271,7 +275,30 @@ async fn dispatch(app: &App, req: Request<Incoming>, pass: Pass, start_us: i64) 
         (Some(req), Some((run, user_id))) => {
             Box::pin(idem::finish(app, &user_id, run, req, result, start_us)).await
         }
-        _ => envelope(result, r.prefix, start_us, app.clock.now_micros()),
+        _ => {
+            let reply = envelope(result, r.prefix, start_us, app.clock.now_micros());
+            match logs {
+                Some(plan) if reply.status == 200 => with_logs(app, plan, reply, r.prefix, start_us).await,
+                _ => reply,
+            }
+        }
+    }
+}
+
+/// Fills in the logs an answer names (see `api::logs`): whole when they are short, or in the
+/// reference style (which reshapes a finished body); otherwise streamed as they are read.
+async fn with_logs(app: &Arc<App>, plan: LogPlan, mut reply: Reply, prefix: &str, start_us: i64) -> Reply {
+    if plan.records() > app.cfg.stream_min_records && app.cfg.response_style == ResponseStyle::Plain {
+        let skeleton = std::mem::take(&mut reply.body);
+        reply.chunks = Some(api::logs::stream(app.clone(), plan, skeleton));
+        return reply;
+    }
+    match api::logs::fill(app, &plan, &reply.body).await {
+        Ok(body) => {
+            reply.body = body;
+            reply
+        }
+        Err(e) => envelope(Err(e), prefix, start_us, app.clock.now_micros()),
     }
 }
 

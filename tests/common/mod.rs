@@ -134,8 +134,8 @@ impl Srv {
         let _ = s.write_all(&bytes);
         let mut out = Vec::new();
         let _ = s.read_to_end(&mut out);
-        let text = String::from_utf8_lossy(&out).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let (head, body) =
+            split_answer(&out).unwrap_or_else(|| (String::from_utf8_lossy(&out).into_owned(), String::new()));
         let mut lines = head.lines();
         let status: u16 =
             lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("status line");
@@ -143,8 +143,8 @@ impl Srv {
             .filter_map(|l| l.split_once(':'))
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
             .collect();
-        let json = serde_json::from_str(body).unwrap_or(Value::Null);
-        Resp { status, headers, text: body.to_string(), json }
+        let json = serde_json::from_str(&body).unwrap_or(Value::Null);
+        Resp { status, headers, text: body, json }
     }
 
     pub fn get(&self, tok: &str, path: &str, query: &str) -> Resp {
@@ -241,4 +241,32 @@ pub fn embedded_only(what: &str) -> bool {
 /// JSON number text of a value.
 pub fn num(v: &Value) -> String {
     v.to_string()
+}
+
+/// An answer's head and body, the body put together from its chunks when it came chunked
+/// (long logs do); `None` when the answer was cut.
+pub fn split_answer(out: &[u8]) -> Option<(String, String)> {
+    let end = out.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&out[..end]).into_owned();
+    let mut rest = &out[end + 4..];
+    let chunked = head.lines().any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    if !chunked {
+        return Some((head, String::from_utf8_lossy(rest).into_owned()));
+    }
+    let mut body = Vec::new();
+    loop {
+        let line = rest.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&rest[..line]).ok()?.split(';').next()?.trim();
+        let size = usize::from_str_radix(size, 16).ok()?;
+        rest = &rest[line + 2..];
+        if size == 0 {
+            return Some((head, String::from_utf8_lossy(&body).into_owned()));
+        }
+        body.extend_from_slice(rest.get(..size)?);
+        rest = rest.get(size + 2..)?;
+    }
 }

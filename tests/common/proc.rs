@@ -196,8 +196,8 @@ pub fn send(
     s.write_all(req.as_bytes()).map_err(|e| format!("write: {e}"))?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).map_err(|e| format!("read: {e}"))?;
-    let text = String::from_utf8_lossy(&out);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("cut: {text:?}"))?;
+    let (head, body) =
+        super::split_answer(&out).ok_or_else(|| format!("cut: {:?}", String::from_utf8_lossy(&out)))?;
     let mut lines = head.lines();
     let status = lines
         .next()
@@ -208,8 +208,8 @@ pub fn send(
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
-    let json = serde_json::from_str(body).unwrap_or(Value::Null);
-    Ok(Resp { status, headers, text: body.to_string(), json })
+    let json = serde_json::from_str(&body).unwrap_or(Value::Null);
+    Ok(Resp { status, headers, text: body, json })
 }
 
 /// A request with a JSON body (`Value::Null`: none) that must be answered: (status, JSON body,
