@@ -155,6 +155,22 @@ fn malformed_json_body_is_400() {
     }
 }
 
+/// A UTF-8 byte order mark before a body (.NET and PowerShell writers add one) is not part of
+/// it (RFC 8259 8.1), with a JSON type, without a type, or in a form.
+#[test]
+fn a_byte_order_mark_before_a_body_is_ignored() {
+    let s = Srv::start();
+    let (tok, main) = s.user("bom", "7");
+    let auth = format!("Bearer {tok}");
+    let json = format!("\u{feff}{{\"uuid\":\"{main}\"}}");
+    let form = format!("\u{feff}uuid={main}");
+    for (ct, body) in [("application/json", &json), ("", &json), ("application/x-www-form-urlencoded", &form)]
+    {
+        let r = s.raw("GET", "/get_balance", &[("Authorization", &auth)], Body::Raw(ct, body.as_bytes()));
+        assert_eq!((r.status, r.n("balance")), (200, "7".to_string()), "{ct:?}: {}", r.text);
+    }
+}
+
 #[test]
 fn request_id_is_echoed_or_generated() {
     let s = Srv::start();
@@ -383,4 +399,123 @@ fn a_half_closed_client_still_gets_its_answer() {
     c.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 200 "), "{answer:?}");
     assert_eq!(s.balance(&tok, &main), "10");
+}
+
+/// HEAD on the token-exempt GET resources (probes, OpenAPI, the web page's files) answers as GET
+/// without the body (RFC 9110 9.3.2): `wget --spider`, `curl -I` and uptime monitors use it. The
+/// SPEC endpoints keep their one method (SPEC 3.1).
+#[test]
+fn head_works_on_probes_and_files_and_stays_405_on_endpoints() {
+    use std::io::{Read, Write};
+    let s = Srv::start();
+    let tok = s.token("u", "user");
+    let head = |path: &str, auth: bool| {
+        let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        let a = if auth { format!("Authorization: Bearer {tok}\r\n") } else { String::new() };
+        write!(c, "HEAD {path} HTTP/1.1\r\nHost: t\r\n{a}Connection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        out
+    };
+    for path in ["/healthz", "/readyz", "/openapi.json", "/", "/app.js"] {
+        let get = s.raw("GET", path, &[], Body::None);
+        assert_eq!(get.status, 200, "GET {path}");
+        let out = head(path, false);
+        assert!(out.starts_with("HTTP/1.1 200 "), "HEAD {path}: {out}");
+        assert!(out.ends_with("\r\n\r\n"), "HEAD {path} has no body: {out}");
+        let len = format!("content-length: {}\r\n", get.text.len());
+        assert!(out.to_ascii_lowercase().contains(&len), "HEAD {path}: {out}");
+    }
+    for (path, auth) in [("/__ping__", false), ("/get_balance", true)] {
+        let out = head(path, auth);
+        assert!(out.starts_with("HTTP/1.1 405 "), "HEAD {path}: {out}");
+        assert!(out.to_ascii_lowercase().contains("allow: get\r\n"), "HEAD {path}: {out}");
+    }
+}
+
+/// Every 401 names the scheme it wants (RFC 9110 15.5.2, RFC 6750 3); wget, for one, shows
+/// nothing of a 401 without it.
+#[test]
+fn every_401_carries_www_authenticate() {
+    let s = Srv::start();
+    let missing = s.raw("POST", "/deposit", &[], Body::None);
+    let invalid = s.raw("GET", "/get_balance", &[("Authorization", "Bearer not.a.token")], Body::None);
+    let register = s.raw("POST", "/register", &[], Body::Json(json!({"user_id": "w"})));
+    let login =
+        s.raw("POST", "/login", &[], Body::Json(json!({"user_id": "w", "password": "wrong-password"})));
+    for (what, r) in
+        [("missing", &missing), ("invalid", &invalid), ("register", &register), ("login", &login)]
+    {
+        assert_eq!(r.status, 401, "{what}: {}", r.text);
+        assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"pfm\""), "{what}");
+    }
+    assert_eq!(s.raw("GET", "/__ping__", &[], Body::None).header("www-authenticate"), None);
+}
+
+/// A client that writes its whole body before reading (Python's http.client, urllib) reads the
+/// 413 of a body over 1 MiB: the server reads and drops what comes (within bounds) before it
+/// closes, instead of closing on unread bytes, which resets the connection under the client.
+/// The answer says the connection closes. The same for a chunked body that grows past 1 MiB.
+#[test]
+fn a_client_that_sends_its_whole_large_body_first_reads_the_413() {
+    use std::io::{Read, Write};
+    let s = Srv::start();
+    let tok = s.token("u", "user");
+    let body = vec![b'x'; 5 << 20];
+    for chunked in [false, true] {
+        let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        let framing = if chunked {
+            "Transfer-Encoding: chunked\r\n".to_string()
+        } else {
+            format!("Content-Length: {}\r\n", body.len())
+        };
+        write!(c, "POST /deposit HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\n{framing}\r\n")
+            .unwrap();
+        let sent = if chunked {
+            body.chunks(64 << 10).try_for_each(|part| {
+                write!(c, "{:x}\r\n", part.len())?;
+                c.write_all(part)?;
+                c.write_all(b"\r\n")
+            })
+        } else {
+            c.write_all(&body)
+        };
+        sent.unwrap_or_else(|e| panic!("chunked {chunked}: the body could not be sent: {e}"));
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap_or_else(|e| panic!("chunked {chunked}: {e}"));
+        assert!(out.starts_with("HTTP/1.1 413 "), "chunked {chunked}: {out}");
+        assert!(out.to_ascii_lowercase().contains("connection: close\r\n"), "chunked {chunked}: {out}");
+        assert!(out.ends_with(r#"{"success":false,"status":413,"error":"Request body too large"}"#));
+    }
+}
+
+/// A body that arrives in pieces (chunked, with pauses) is put together whole.
+#[test]
+fn a_body_in_several_pieces_is_read_whole() {
+    use std::io::{Read, Write};
+    let s = Srv::start();
+    let (tok, main) = s.user("pieces", "0");
+    let body = format!(r#"{{"uuid":"{main}","amount":"12.5","channel":"ABSA"}}"#);
+    let (a, rest) = body.split_at(10);
+    let (b, c) = rest.split_at(20);
+    let mut conn = std::net::TcpStream::connect(s.addr()).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    write!(
+        conn,
+        "POST /deposit HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    for piece in [a, b, c] {
+        write!(conn, "{:x}\r\n{piece}\r\n", piece.len()).unwrap();
+        conn.flush().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    conn.write_all(b"0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
+    assert_eq!(s.balance(&tok, &main), "12.5");
 }

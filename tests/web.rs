@@ -83,12 +83,13 @@ fn other_paths_and_methods_answer_exactly_as_before() {
     let tok = s.token("someone", "user");
     let auth = format!("Bearer {tok}");
     // Near misses of static paths, other methods on them, and unknown paths: 401 without a token
-    // (the filter runs first), 404 with one, like any unknown path (SPEC 3.1).
+    // (the filter runs first), 404 with one, like any unknown path (SPEC 3.1). (HEAD on a static
+    // path answers as GET: tests/http_filter.rs.)
     let cases: &[(&str, &str)] = &[
         ("POST", "/"),
         ("DELETE", "/"),
         ("POST", "/app.js"),
-        ("HEAD", "/"),
+        ("HEAD", "/index.html"),
         ("GET", "/index.html"),
         ("GET", "/app.js/"),
         ("GET", "//"),

@@ -208,6 +208,8 @@ impl Params {
     pub fn parse(query: Option<&str>, content_type: Option<&str>, body: &[u8]) -> Result<Params, ApiError> {
         let query = query.map(Pairs::parse).unwrap_or_default();
         let mut p = Params { query, body: Body::None };
+        // A UTF-8 byte order mark is not part of the body (RFC 8259 8.1; some writers add one).
+        let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
         if body.iter().all(|c| c.is_ascii_whitespace()) {
             return Ok(p);
         }

@@ -11,12 +11,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderName, HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, EXPECT};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Request, Response};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -76,7 +76,7 @@ fn request_id(req: &Request<Incoming>) -> HeaderValue {
 async fn handle(
     app: Arc<App>,
     conn: Arc<ConnState>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
     let _in_flight = conn.begin();
@@ -86,6 +86,12 @@ async fn handle(
     // The access log's fields cost allocations: gather them only when the line will be written.
     let log_on = tracing::enabled!(target: "access", tracing::Level::INFO);
     let method = req.method().clone();
+    // HEAD on a token-exempt GET resource (probes, OpenAPI, metrics, the page's files) runs as
+    // GET; hyper, which knows the request was HEAD, sends the head only (RFC 9110 9.3.2). SPEC's
+    // endpoints keep their one method (3.1), so HEAD stays 405 there.
+    if method == Method::HEAD && head_as_get(req.uri().path()) {
+        *req.method_mut() = Method::GET;
+    }
     let client = if log_on {
         filter::client_ip(&app, req.headers(), &filter::IpText::new(peer.ip())).to_string()
     } else {
@@ -131,8 +137,14 @@ async fn handle(
         client = client.as_str(),
         "request"
     );
+    let unauthorized = reply.status == 401;
     let mut resp = reply.into_response();
     resp.headers_mut().insert(X_REQUEST_ID.clone(), rid);
+    if unauthorized {
+        // RFC 9110 15.5.2: a 401 names the scheme it wants.
+        resp.headers_mut()
+            .insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"pfm\""));
+    }
     if let Some(origin) = app.cfg.cors_allow_origin.as_deref() {
         if let Ok(v) = HeaderValue::from_str(origin) {
             resp.headers_mut().insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
@@ -146,6 +158,12 @@ async fn handle(
         }
     }
     resp
+}
+
+/// Paths where HEAD is answered as GET (see [`handle`]).
+fn head_as_get(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
+        || assets::find(&Method::GET, path).is_some()
 }
 
 /// The first `max` bytes of `s`, cut at a character boundary.
@@ -166,14 +184,77 @@ const DRAIN_WAIT: Duration = Duration::from_millis(500);
 /// bytes, resets it, which can lose the answer on its way to the client. At most 1 MiB, for at
 /// most [`DRAIN_WAIT`]; past either, the answer closes the connection instead.
 async fn drain(app: &App, body: Incoming, reply: Reply) -> Reply {
+    let wait = DRAIN_WAIT.min(Duration::from_secs(app.cfg.body_timeout_secs));
+    if discard(body, MAX_BODY_BYTES, wait).await {
+        reply
+    } else {
+        reply.header(CONNECTION, HeaderValue::from_static("close"))
+    }
+}
+
+/// Reads and drops `body`, at most `max` bytes for at most `wait`; true if it all came.
+async fn discard(mut body: Incoming, max: usize, wait: Duration) -> bool {
     if hyper::body::Body::is_end_stream(&body) {
-        return reply;
+        return true;
     }
-    let deadline = DRAIN_WAIT.min(Duration::from_secs(app.cfg.body_timeout_secs));
-    match tokio::time::timeout(deadline, Limited::new(body, MAX_BODY_BYTES).collect()).await {
-        Ok(Ok(_)) => reply,
-        _ => reply.header(CONNECTION, HeaderValue::from_static("close")),
+    let all = async {
+        let mut n = 0;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            n += frame.data_ref().map_or(0, Bytes::len);
+            if n > max {
+                return false;
+            }
+        }
+        true
+    };
+    tokio::time::timeout(wait, all).await.unwrap_or(false)
+}
+
+/// How much of a body over the limit is read and dropped before its 413, and for how long: a
+/// client that writes its whole body before reading (Python's http.client) then reads the
+/// answer, where closing on unread bytes would reset the connection under it (RFC 9112 9.6).
+const LINGER_BYTES: usize = 16 << 20;
+const LINGER_WAIT: Duration = Duration::from_secs(2);
+
+/// 413 for a body over [`MAX_BODY_BYTES`], after what is left of it has been read and dropped
+/// (see [`LINGER_BYTES`]); unless the client waits for `100 Continue` before it sends the body.
+/// The connection closes after the answer either way.
+async fn too_large(rest: Incoming, awaits_continue: bool) -> Reply {
+    if !awaits_continue {
+        discard(rest, LINGER_BYTES, LINGER_WAIT).await;
     }
+    Reply::bare(413, "Request body too large").header(CONNECTION, HeaderValue::from_static("close"))
+}
+
+/// Why a body could not be read.
+enum BodyFail {
+    /// Over [`MAX_BODY_BYTES`]; the rest of the body, unread.
+    TooLarge(Incoming),
+    Broken(hyper::Error),
+}
+
+/// A body of at most [`MAX_BODY_BYTES`], whole. A body in one frame (nearly all) is not copied.
+async fn read_body(mut body: Incoming) -> Result<Bytes, BodyFail> {
+    // The first frame as it came; from a second one on, all of them copied into `joined`.
+    let mut first: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(BodyFail::Broken)?.into_data() else { continue };
+        let had = if joined.is_empty() { first.as_ref().map_or(0, Bytes::len) } else { joined.len() };
+        if had + data.len() > MAX_BODY_BYTES {
+            return Err(BodyFail::TooLarge(body));
+        }
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            Some(f) => {
+                joined.extend_from_slice(&f);
+                joined.extend_from_slice(&data);
+            }
+            None => joined.extend_from_slice(&data),
+        }
+    }
+    Ok(if joined.is_empty() { first.unwrap_or_default() } else { Bytes::from(joined) })
 }
 
 async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: i64) -> Reply {
@@ -202,11 +283,11 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: 
     if let Some(reply) = ops {
         return drain(app, req.into_body(), reply).await;
     }
-    let too_large = || Reply::bare(413, "Request body too large");
     let declared =
         req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return too_large();
+        let awaits_continue = req.headers().contains_key(EXPECT);
+        return too_large(req.into_body(), awaits_continue).await;
     }
     let (parts, body) = req.into_parts();
     // A body that never (fully) arrives must not hold the connection: after the deadline the
@@ -216,15 +297,14 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: 
         Bytes::new()
     } else {
         let deadline = Duration::from_secs(app.cfg.body_timeout_secs);
-        let Ok(read) = tokio::time::timeout(deadline, Limited::new(body, MAX_BODY_BYTES).collect()).await
-        else {
+        let Ok(read) = tokio::time::timeout(deadline, read_body(body)).await else {
             return Reply::bare(408, "Request body not received in time")
                 .header(CONNECTION, HeaderValue::from_static("close"));
         };
         match read {
-            Ok(b) => b.to_bytes(),
-            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return too_large(),
-            Err(e) => {
+            Ok(b) => b,
+            Err(BodyFail::TooLarge(rest)) => return too_large(rest, false).await,
+            Err(BodyFail::Broken(e)) => {
                 tracing::debug!(error = %e, "body read failed");
                 return Reply::bare(400, "Invalid request body");
             }
