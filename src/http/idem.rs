@@ -124,8 +124,8 @@ pub async fn begin(
     }
 }
 
-/// Largest answer kept by [`finish`] (those kept by a write's own commit are the write's small
-/// success answers).
+/// Largest answer kept by [`finish`], which keeps the answers of requests that wrote nothing
+/// (errors, mostly); a write keeps its own small answer in its commit.
 const MAX_KEPT_ANSWER_BYTES: usize = 16 << 10;
 
 /// The answer of a request that ran with a key, kept unless it is a 5xx or a 429.

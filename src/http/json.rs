@@ -146,6 +146,11 @@ impl Obj {
     }
 
     /// The inner members, without braces.
+    /// An object of the given members' text (as [`Obj::members`] gives it).
+    pub fn from_members(buf: String) -> Obj {
+        Obj { buf }
+    }
+
     pub fn members(&self) -> &str {
         &self.buf
     }

@@ -2,6 +2,8 @@
 //! routing errors, and the one error type handlers return.
 
 use std::fmt::Write as _;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -10,11 +12,25 @@ use http_body_util::Full;
 use hyper::body::{Frame, SizeHint};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
-use tokio::sync::mpsc;
 
 use super::json::{escape_into, Obj};
+use crate::api::logs::Chunks;
 use crate::domain::dates::push_millis;
 use crate::domain::num::push_scaled;
+
+/// Polls a future, turning a panic into `Err` so one bad request never takes a worker down.
+pub struct CatchUnwind<F>(pub F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut self.0).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
 
 /// What a handler answers with when it fails.
 #[derive(Debug)]
@@ -56,17 +72,15 @@ pub struct Reply {
     pub status: u16,
     pub body: String,
     pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// Set instead of `body` for an answer written while it is sent (see `api::logs`).
-    pub chunks: Option<Chunks>,
+    /// Set instead of `body` for an answer written while it is sent (see `api::logs`): its
+    /// first chunk and the rest as they come.
+    pub chunks: Option<(Bytes, Chunks)>,
 }
-
-/// The chunks of a streamed answer, as its writer sends them.
-pub type Chunks = mpsc::Receiver<Result<Bytes, std::io::Error>>;
 
 /// An answer's body: whole, with a Content-Length (nearly every answer), or chunks.
 pub enum Body {
     Whole(Full<Bytes>),
-    Chunked(Chunks),
+    Chunked(Option<Bytes>, Chunks),
 }
 
 impl hyper::body::Body for Body {
@@ -79,21 +93,24 @@ impl hyper::body::Body for Body {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.get_mut() {
             Body::Whole(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
-            Body::Chunked(rx) => rx.poll_recv(cx).map(|c| c.map(|r| r.map(Frame::data))),
+            Body::Chunked(first, rest) => match first.take() {
+                Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                None => rest.poll_recv(cx).map(|c| c.map(|r| r.map(Frame::data))),
+            },
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             Body::Whole(b) => b.is_end_stream(),
-            Body::Chunked(_) => false,
+            Body::Chunked(..) => false,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Body::Whole(b) => b.size_hint(),
-            Body::Chunked(_) => SizeHint::default(),
+            Body::Chunked(..) => SizeHint::default(),
         }
     }
 }
@@ -119,7 +136,7 @@ impl Reply {
 
     pub fn into_response(self) -> Response<Body> {
         let body = match self.chunks {
-            Some(c) => Body::Chunked(c),
+            Some((first, rest)) => Body::Chunked(Some(first), rest),
             None => Body::Whole(Full::new(Bytes::from(self.body))),
         };
         let mut r = Response::new(body);

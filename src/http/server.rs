@@ -4,10 +4,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,12 +23,12 @@ use super::assets;
 use super::conn_io::{ConnState, ErrorAnswers, JsonErrors};
 use super::filter::{self, Pass};
 use super::idem;
-use super::json::reference_style;
+use super::json::{reference_style, Obj};
 use super::ops;
 use super::params::Params;
-use super::response::{envelope, ApiError, Body, Reply};
+use super::response::{envelope, ApiError, Body, CatchUnwind, Reply};
 use super::router::{route, Ep, Op, Routed, ROUTES};
-use crate::api::logs::LogPlan;
+use crate::api::logs::LogError;
 use crate::api::{self, Rq};
 use crate::app::App;
 use crate::config::ResponseStyle;
@@ -43,20 +40,6 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 pub const MAX_CONNECTIONS: usize = 10_000;
 /// How long shutdown waits for in-flight requests (14.4).
 pub const DRAIN: Duration = Duration::from_secs(10);
-
-/// Polls a future, turning a panic into `Err` so one bad request never takes a worker down.
-struct CatchUnwind<F>(F);
-
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, ()>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut self.0).poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
-            Err(_) => Poll::Ready(Err(())),
-        }
-    }
-}
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -268,8 +251,12 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: 
             return drain(app, req.into_body(), Reply::bare(404, "404 - Resource Not Found")).await
         }
         Routed::WrongMethod(m) => {
-            let reply = Reply::bare(405, "405 - Method Not Allowed")
-                .header(ALLOW, HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET")));
+            let allow = if head_as_get(req.uri().path()) {
+                HeaderValue::from_static("GET, HEAD")
+            } else {
+                HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET"))
+            };
+            let reply = Reply::bare(405, "405 - Method Not Allowed").header(ALLOW, allow);
             return drain(app, req.into_body(), reply).await;
         }
     };
@@ -327,11 +314,9 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: 
         if body.is_empty() { None } else { parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) };
     let parsed = Params::parse(parts.uri.query(), ct, &body);
     let has_auth = parts.headers.contains_key(hyper::header::AUTHORIZATION);
-    // The request's head and body are slices of the connection's read buffer. While a handler
-    // waits (for its user's lock, for durability), hyper looks for the client's EOF by reading
-    // into that buffer: were it still shared, it would allocate a fresh one every time.
+    // The request's head and body are slices of the connection's read buffer: let go of them
+    // before the handler waits (for its user's lock, for durability), so the buffer is free.
     drop((parts, body));
-    let mut logs = None;
     let result = match parsed {
         Err(e) => Err(e),
         Ok(params) => {
@@ -341,13 +326,11 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: 
             };
             let rq =
                 Rq { params, ident, now_us: start_us, has_auth, idem: idem.take(), logs: Default::default() };
-            let fut = api::call(app, r.ep, &rq);
-            let res = match CatchUnwind(fut).await {
+            let res = match run(app, r.ep, r.prefix, &rq, start_us).await {
                 Ok(res) => res,
-                Err(()) => Err(ApiError::Internal("handler panicked".into())),
+                Err(streamed) => return streamed,
             };
             idem = rq.idem;
-            logs = rq.logs.into_inner().ok().flatten();
             res
         }
     };
@@ -355,30 +338,58 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: 
         (Some(req), Some((run, user_id))) => {
             Box::pin(idem::finish(app, &user_id, run, req, result, start_us)).await
         }
-        _ => {
-            let reply = envelope(result, r.prefix, start_us, app.clock.now_micros());
-            match logs {
-                Some(plan) if reply.status == 200 => with_logs(app, plan, reply, r.prefix, start_us).await,
-                _ => reply,
-            }
-        }
+        _ => envelope(result, r.prefix, start_us, app.clock.now_micros()),
     }
 }
 
-/// Fills in the logs an answer names (see `api::logs`): whole when they are short, or in the
-/// reference style (which reshapes a finished body); otherwise streamed as they are read.
-async fn with_logs(app: &Arc<App>, plan: LogPlan, mut reply: Reply, prefix: &str, start_us: i64) -> Reply {
-    if plan.records() > app.cfg.stream_min_records && app.cfg.response_style == ResponseStyle::Plain {
-        let skeleton = std::mem::take(&mut reply.body);
-        reply.chunks = Some(api::logs::stream(app.clone(), plan, skeleton));
-        return reply;
-    }
-    match api::logs::fill(app, &plan, &reply.body).await {
-        Ok(body) => {
-            reply.body = body;
-            reply
+/// Runs the handler, then fills in the logs its answer names (see `api::logs`): whole, or past
+/// `STREAM_MIN_RECORDS` records in the plain style as a stream, whose reply, finished, comes
+/// back as `Err` (the reference style reshapes a finished body, so it is never streamed). A log
+/// deleted under the answer before any of it was sent runs the handler once more, on the state
+/// after the deletion.
+async fn run(
+    app: &Arc<App>,
+    ep: Ep,
+    prefix: &str,
+    rq: &Rq,
+    start_us: i64,
+) -> Result<Result<Obj, ApiError>, Reply> {
+    let mut stale = 0;
+    loop {
+        let res = match CatchUnwind(api::call(app, ep, rq)).await {
+            Ok(res) => res,
+            Err(()) => Err(ApiError::Internal("handler panicked".into())),
+        };
+        let plan = rq.logs.lock().ok().and_then(|mut p| p.take());
+        let (obj, plan) = match (res, plan) {
+            (Ok(obj), Some(plan)) => (obj, plan),
+            (res, _) => return Ok(res),
+        };
+        let failed = if plan.records() > app.cfg.stream_min_records
+            && app.cfg.response_style == ResponseStyle::Plain
+        {
+            let mut reply = envelope(Ok(obj), prefix, start_us, app.clock.now_micros());
+            let skeleton = std::mem::take(&mut reply.body);
+            match api::logs::stream(app.clone(), plan, skeleton).await {
+                Ok(chunks) => {
+                    reply.chunks = Some(chunks);
+                    return Err(reply);
+                }
+                Err(e) => e,
+            }
+        } else {
+            match api::logs::fill(app, &plan, obj).await {
+                Ok(obj) => return Ok(Ok(obj)),
+                Err(e) => e,
+            }
+        };
+        match failed {
+            LogError::Stale if stale == 0 => stale += 1,
+            LogError::Stale => {
+                return Ok(Err(ApiError::Internal("logs kept changing under their answer".into())))
+            }
+            LogError::Failed(e) => return Ok(Err(e)),
         }
-        Err(e) => envelope(Err(e), prefix, start_us, app.clock.now_micros()),
     }
 }
 
