@@ -257,7 +257,7 @@ fn describe(ep: Ep) -> Doc {
             "An account's transaction log in recording order; paged when limit is given",
             vec![
                 UUID,
-                ("limit", T::Int, false, "Page size, 1..1000. Without it the whole log is answered."),
+                ("limit", T::Int, false, "Page size, 1..1000. Without it the whole log is answered (streamed past STREAM_MIN_RECORDS records)."),
                 ("cursor", T::Str, false, "next_cursor of the previous page (only with limit)."),
             ],
             vec![
@@ -676,7 +676,7 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
 /// by name, like the CI's schemathesis preparation, do not follow `$ref`s).
 fn idempotency_key_param() -> Value {
     json!({"name": "Idempotency-Key", "in": "header", "required": false,
-        "description": "1 to 255 visible ASCII characters, unique per intended write (e.g. a UUID). The same key with the same request (method, path, query, content type, body bytes) within 24 h replays the first answer (2xx or 4xx; never a 5xx) with Idempotent-Replayed: true and writes nothing; with another request it is a 422; while the first runs, a 409. At most 1000 keys are kept per user, the oldest dropped first.",
+        "description": "1 to 255 visible ASCII characters, unique per intended write (e.g. a UUID). The same key with the same request (method, path, query, content type, body bytes) within 24 h replays the first answer (2xx or 4xx; never a 5xx, nor an error answer over 16 KiB, which a retry gets anew) with Idempotent-Replayed: true and writes nothing; with another request it is a 422; while the first runs, a 409. At most 1000 keys are kept per user, the oldest dropped first.",
         "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}})
 }
 
@@ -798,7 +798,11 @@ pub fn document() -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "Personal finance manager: envelope-budget account trees over HTTP + JSON. \
     Every parameter may come from the query string, a JSON body or a form body, on every method; \
-    a name in the query wins (SPEC 3.2). Every answer has Content-Type application/json except /metrics."
+    a name in the query wins (SPEC 3.2). Every answer has Content-Type application/json except /metrics. \
+    Whole-log answers (/get_transactions without limit, /get_minimal_tree) holding more than \
+    STREAM_MIN_RECORDS records (default 4096) are streamed with chunked transfer encoding and no \
+    Content-Length; one cut short (a storage failure, or the account deleted while it is sent) \
+    ends without its last chunk."
         },
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}],
