@@ -257,6 +257,37 @@ fn an_answer_to_a_slow_reader_outlives_the_header_timeout() {
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 }
 
+/// A client that takes none of its answer for four header timeouts is gone: its connection is
+/// closed, and what was held for it (a streamed answer's chunks, hyper's buffers) let go. A slow
+/// reader that makes progress is not (the test above).
+#[test]
+fn a_client_that_stops_reading_its_answer_is_dropped() {
+    let s = Srv::start_with(|c| c.header_timeout_secs = 1);
+    let mut c = connect_with_small_receive_buffer(s.addr());
+    // 100 pipelined requests for a 240 KB document: 24 MB of answers, far more than the kernel
+    // holds for a connection, so the server's writes wait on this client.
+    for _ in 0..100 {
+        write!(c, "GET /openapi.json HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    }
+    // Nothing read for six seconds, past the four-second limit.
+    std::thread::sleep(Duration::from_millis(6000));
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the connection was not closed ({} bytes read): {e}", got.len()),
+        }
+    }
+    let answers = got.windows(15).filter(|w| w == b"HTTP/1.1 200 OK").count();
+    assert!(answers < 100, "{answers} answers: the client was never dropped");
+    // The server goes on serving.
+    assert_eq!(s.raw("GET", "/healthz", &[], Body::None).status, 200);
+}
+
 /// Sends raw bytes (ignoring a reset once the server answered early) and returns the head and
 /// the parsed JSON body of the answer.
 fn raw_exchange(s: &Srv, bytes: &[u8]) -> (String, serde_json::Value) {

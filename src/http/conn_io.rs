@@ -82,11 +82,35 @@ struct Watchdog {
     /// an answer still being written to a slow reader is activity, not a late head.
     wrote: bool,
     blocked: bool,
+    /// Since when answer bytes wait for a client that takes none (see [`Watchdog::stalled`]),
+    /// and the timer that looks again.
+    stalled_since: Option<Instant>,
+    stall_sleep: Option<Pin<Box<Sleep>>>,
 }
+
+/// A client that takes none of its answer for this many header timeouts is gone.
+const STALL_LIMITS: u32 = 4;
 
 impl Watchdog {
     fn tick(&self) -> Duration {
         self.limit / 6
+    }
+
+    /// Whether answer bytes have waited for the client for [`STALL_LIMITS`] header timeouts
+    /// without it taking any: such a client is gone, and its connection holds buffers (a
+    /// streamed answer's chunks among them) for nothing. A slow reader that takes some is never
+    /// cut. Otherwise the timer is armed on `cx`.
+    fn stalled(&mut self, cx: &mut Context<'_>) -> bool {
+        let now = Instant::now();
+        let deadline = *self.stalled_since.get_or_insert(now) + self.limit * STALL_LIMITS;
+        if now >= deadline {
+            return true;
+        }
+        let sleep = self.stall_sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if sleep.deadline() != deadline {
+            sleep.as_mut().reset(deadline);
+        }
+        sleep.as_mut().poll(cx).is_ready()
     }
 
     /// Whether the connection has been quiet too long; otherwise the timer is armed on `cx`.
@@ -148,6 +172,8 @@ impl<S> JsonErrors<S> {
             quiet_since: Instant::now(),
             wrote: false,
             blocked: false,
+            stalled_since: None,
+            stall_sleep: None,
         };
         JsonErrors { inner, opts, pending: Vec::new(), written: 0, watchdog }
     }
@@ -273,10 +299,17 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for JsonErrors<S> {
         let r = self.write_answer(cx, buf);
         let w = &mut self.watchdog;
         match &r {
-            Poll::Pending => w.blocked = true,
+            Poll::Pending => {
+                w.blocked = true;
+                if w.stalled(cx) {
+                    tracing::debug!("the client took none of its answer for too long; closing");
+                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "answer not taken")));
+                }
+            }
             Poll::Ready(Ok(n)) if *n > 0 => {
                 w.blocked = false;
                 w.wrote = true;
+                w.stalled_since = None;
             }
             Poll::Ready(_) => {}
         }
