@@ -11,12 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::store::HookedServer;
 use common::{proc, Body, Srv};
-use pfm::clock::ManualClock;
-use pfm::domain::engine::TxRecord;
-use pfm::domain::tree::{AccountId, Tree};
-use pfm::store::users::Users;
-use pfm::store::{BoxFuture, Op, Store, StoreError, SyncRow, UserMeta, UserRecord};
 use serde_json::{json, Value};
 
 const BAD_KEY: &str = "Idempotency-Key must be 1 to 255 visible ASCII characters";
@@ -136,74 +132,6 @@ fn a_key_whose_first_request_still_runs_is_a_409() {
     assert_eq!(s.balance(&tok, &main), "5");
 }
 
-/// The embedded engine, with acknowledgements held back while `open` is false: the journal
-/// writes as usual, but the writer keeps waiting for durability for as long as the test wants.
-struct HeldAcks {
-    inner: Arc<dyn Store>,
-    open: tokio::sync::watch::Sender<bool>,
-    /// Writes now held.
-    held: Arc<AtomicUsize>,
-}
-
-impl Store for HeldAcks {
-    fn load_user<'a>(
-        &'a self,
-        user_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>> {
-        self.inner.load_user(user_id)
-    }
-    fn read_log(
-        &self,
-        user_no: u64,
-        acc: AccountId,
-        from: u64,
-        to: u64,
-    ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
-        self.inner.read_log(user_no, acc, from, to)
-    }
-    fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
-        self.inner.load_meta(user_no)
-    }
-    fn read_changes(
-        &self,
-        user_no: u64,
-        after: u64,
-        upto: u64,
-        max: usize,
-    ) -> BoxFuture<'_, Result<Vec<SyncRow>, StoreError>> {
-        self.inner.read_changes(user_no, after, upto, max)
-    }
-    fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.inner.main_txid_exists(user_no, id)
-    }
-    fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        self.inner.new_user_no()
-    }
-    fn commit(&self, op: Box<Op>, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
-        let durable = self.inner.commit(op, basis);
-        let mut open = self.open.subscribe();
-        let hold = !*open.borrow();
-        let held = self.held.clone();
-        Box::pin(async move {
-            let res = durable.await;
-            if hold {
-                // Counted once the writer waits: it has queued the write and made its state
-                // (the key included) the one the next writer builds on.
-                held.fetch_add(1, Ordering::SeqCst);
-                let _ = open.wait_for(|o| *o).await;
-                held.fetch_sub(1, Ordering::SeqCst);
-            }
-            res
-        })
-    }
-    fn healthy(&self) -> bool {
-        self.inner.healthy()
-    }
-    fn flush(&self) -> Result<(), StoreError> {
-        self.inner.flush()
-    }
-}
-
 /// The pipelined commit of the embedded engine: a request whose client went away leaves its
 /// write queued, its key in the state the next writer builds on but not yet durable. A retry
 /// then is still running (409), even with other parameters; once the write is durable, the retry
@@ -211,32 +139,34 @@ impl Store for HeldAcks {
 /// a shared engine commits before the request lets go of the user.)
 #[test]
 fn a_key_whose_write_awaits_durability_after_its_client_went_away_is_a_409_then_replays() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = pfm::config::Config::for_dir(dir.path());
-    cfg.jwt_secret = Some(common::SECRET.into());
-    let app = pfm::app::App::open(cfg, Arc::new(ManualClock::at_secs(common::T0))).unwrap();
-    let Ok(mut app) = Arc::try_unwrap(app) else { panic!("a new app has one owner") };
-    let store = Arc::new(HeldAcks {
-        inner: app.users.store.clone(),
-        open: tokio::sync::watch::channel(true).0,
-        held: Arc::default(),
-    });
-    app.users = Users::new(store.clone());
-    let tok = {
-        let mut c = serde_json::Map::new();
-        c.insert("user_id".into(), json!("id_gone"));
-        c.insert("role".into(), json!("user"));
-        app.jwt.sign(&c).unwrap()
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = std::thread::spawn(move || {
-        rt.block_on(pfm::http::server::serve(Arc::new(app), listener, async {
-            let _ = stopped.await;
-        }))
-    });
+    // Acknowledgements held back while `open` is false: the journal writes as usual, but the
+    // writer keeps waiting for durability for as long as the test wants. `held`: writes now held.
+    let open = Arc::new(tokio::sync::watch::channel(true).0);
+    let held = Arc::new(AtomicUsize::new(0));
+    let (gate, count) = (open.clone(), held.clone());
+    let srv = HookedServer::start(
+        "id_gone",
+        |_| {},
+        |store| {
+            store.commit = Box::new(move |durable| {
+                let mut open = gate.subscribe();
+                let hold = !*open.borrow();
+                let held = count.clone();
+                Box::pin(async move {
+                    let res = durable.await;
+                    if hold {
+                        // Counted once the writer waits: it has queued the write and made its
+                        // state (the key included) the one the next writer builds on.
+                        held.fetch_add(1, Ordering::SeqCst);
+                        let _ = open.wait_for(|o| *o).await;
+                        held.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    res
+                })
+            })
+        },
+    );
+    let (addr, tok) = (srv.addr, srv.token.clone());
     let call = |key: Option<&str>, path: &str, body: &str| {
         let key: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
         proc::send(addr, "POST", path, Some(&tok), &key, body).unwrap_or_else(|e| panic!("POST {path}: {e}"))
@@ -246,7 +176,7 @@ fn a_key_whose_write_awaits_durability_after_its_client_went_away_is_a_409_then_
     let main = reg.json["uuid"].as_str().unwrap().to_string();
     let body = |amount: &str| format!(r#"{{"uuid":"{main}","amount":"{amount}","channel":"ABSA"}}"#);
     // The first request: its write is queued, then its client goes away before the answer.
-    store.open.send_replace(false);
+    open.send_replace(false);
     let first = body("5");
     let mut s = TcpStream::connect(addr).unwrap();
     let req = format!(
@@ -256,18 +186,18 @@ fn a_key_whose_write_awaits_durability_after_its_client_went_away_is_a_409_then_
     );
     s.write_all(req.as_bytes()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while store.held.load(Ordering::SeqCst) == 0 {
+    while held.load(Ordering::SeqCst) == 0 {
         assert!(Instant::now() < deadline, "the write never reached its wait for durability");
         std::thread::sleep(Duration::from_millis(10));
     }
     // Gone for good: closed both ways (a client that only stops sending still gets its answer).
     drop(s);
     // Still waiting for durability: a retry is running, even with other parameters.
-    assert_eq!(store.held.load(Ordering::SeqCst), 1);
+    assert_eq!(held.load(Ordering::SeqCst), 1);
     call(Some("gone"), "/deposit", &first).fails(409, RUNNING);
     call(Some("gone"), "/deposit", &body("6")).fails(409, RUNNING);
     // Durable: the retry replays the stored answer, and the deposit is there once.
-    store.open.send_replace(true);
+    open.send_replace(true);
     let deadline = Instant::now() + Duration::from_secs(10);
     let again = loop {
         // Published a moment after the release, by the task that waited.
@@ -286,8 +216,7 @@ fn a_key_whose_write_awaits_durability_after_its_client_went_away_is_a_409_then_
     let txs =
         proc::send(addr, "GET", &format!("/get_transactions?uuid={main}"), Some(&tok), &[], "").unwrap();
     assert_eq!(txs.ok().json["transaction_count"], json!(1));
-    let _ = stop.send(());
-    server.join().unwrap();
+    drop(srv);
 }
 
 #[test]

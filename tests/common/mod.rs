@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod proc;
+pub mod store;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
