@@ -165,19 +165,31 @@ async fn mutate<F>(app: &App, rq: &Rq, f: F) -> Result<Obj, ApiError>
 where
     F: FnOnce(&mut Ctx, &UserState) -> Result<Obj, ApiError>,
 {
-    let guard = app.users.lock(rq.user_id()?).await?;
-    let cur = guard.current.clone().ok_or_else(no_tree)?;
-    if idem_answered(app, rq, &cur) {
-        return Ok(Obj::new());
-    }
+    let Some((guard, cur)) = lock_tree(app, rq, no_tree).await? else { return Ok(Obj::new()) };
     mutate_locked(app, guard, cur, rq, f).await
+}
+
+/// The caller's lock and committed state (`missing` when the caller has no tree), or `None`
+/// when the request's `Idempotency-Key` was answered meanwhile (see [`idem_answered`]): the
+/// handler then returns at once, and what it returns is not sent.
+async fn lock_tree<'a>(
+    app: &'a App,
+    rq: &Rq,
+    missing: impl FnOnce() -> ApiError,
+) -> Result<Option<(WriteGuard<'a>, Arc<UserState>)>, ApiError> {
+    let guard = app.users.lock(rq.user_id()?).await?;
+    let cur = guard.current.clone().ok_or_else(missing)?;
+    if idem_answered(app, rq, &cur) {
+        return Ok(None);
+    }
+    Ok(Some((guard, cur)))
 }
 
 /// Under the user's lock, an `Idempotency-Key` that is already kept: another node ran the same
 /// key while this request waited for the lock (the check before the lock could not see it).
 /// Its answer is set as the request's (a replay, or the 422 of other parameters) and nothing
 /// runs; `true` then, and whatever the handler returns is not sent.
-pub(crate) fn idem_answered(app: &App, rq: &Rq, cur: &UserState) -> bool {
+fn idem_answered(app: &App, rq: &Rq, cur: &UserState) -> bool {
     let Some(i) = &rq.idem else { return false };
     let Some(r) = cur.idem.get(&i.key).filter(|r| rq.now_us - r.created_us < IDEM_TTL_US) else {
         return false;

@@ -81,11 +81,7 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = p.req_str("uuid", "uuid is required")?;
     let amount = deposit_amount(p)?;
     let post = posting(p, uuid, rq.now())?;
-    let guard = app.users.lock(rq.user_id()?).await?;
-    let cur = guard.current.clone().ok_or_else(no_tree)?;
-    if super::idem_answered(app, rq, &cur) {
-        return Ok(Obj::new());
-    }
+    let Some((guard, cur)) = super::lock_tree(app, rq, no_tree).await? else { return Ok(Obj::new()) };
     let not_found = || rq.role_not_found("Account not found or unauthorized");
     // The duplicate check reads storage, so it runs here, under the lock, before the mutation.
     if find(&cur.tree, &post.uuid, not_found)?.uuid == cur.tree.root {

@@ -155,11 +155,7 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let no_user = || ApiError::new(404, format!("Account for user_id '{user_id}' does not exist."));
     let not_found = || ApiError::new(404, format!("Account with uuid {uuid} not found"));
     // One lock hold: decide between the whole user and a sub-account, then commit.
-    let guard = app.users.lock(&user_id).await?;
-    let cur = guard.current.clone().ok_or_else(no_user)?;
-    if super::idem_answered(app, rq, &cur) {
-        return Ok(Obj::new());
-    }
+    let Some((guard, cur)) = super::lock_tree(app, rq, no_user).await? else { return Ok(Obj::new()) };
     if find(&cur.tree, &uuid, not_found)?.uuid == cur.tree.root {
         guard.delete_user().await?;
         return Ok(Obj::new()
