@@ -105,18 +105,20 @@ impl Page<'_> {
         });
     }
 
-    /// Records `[from, to)` of `acc` (clamped to its current log: a deleted account's are gone).
-    async fn records(
-        &mut self,
-        app: &App,
-        acc: AccountId,
-        from: u64,
-        to: u64,
-        knowledge: Option<u64>,
-    ) -> Result<(), ApiError> {
+    /// Records `[from, to)` of `acc` in a full listing (clamped to its current log: a deleted
+    /// account's are gone).
+    async fn records(&mut self, app: &App, acc: AccountId, from: u64, to: u64) -> Result<(), ApiError> {
         let recs = app.users.read_log_range(self.st, acc, from, to).await?;
+        self.push_records(&recs, acc, None);
+        self.items += (to - from) as usize;
+        Ok(())
+    }
+
+    /// `recs` of `acc` in the page's shape; `knowledge`: the write that appended them (none in
+    /// a full listing).
+    fn push_records(&mut self, recs: &[TxRecord], acc: AccountId, knowledge: Option<u64>) {
         let uuid = fmt_uuid(acc);
-        for r in &recs {
+        for r in recs {
             let o = record_obj(r).str("account_uuid", &uuid);
             let o = match knowledge {
                 Some(k) => o.int("knowledge", i128::from(k)),
@@ -124,8 +126,6 @@ impl Page<'_> {
             };
             self.txs.push(o.finish());
         }
-        self.items += (to - from) as usize;
-        Ok(())
     }
 
     /// Records `[from, to)` of `acc`, appended by change row `knowledge`, to be read with the
@@ -162,11 +162,7 @@ impl Page<'_> {
             // Clamped like a single read: a deleted account's records are gone.
             let lo = ((from - start) as usize).min(recs.len());
             let hi = ((to - start) as usize).min(recs.len());
-            let uuid = fmt_uuid(acc);
-            for r in &recs[lo..hi] {
-                self.txs
-                    .push(record_obj(r).str("account_uuid", &uuid).int("knowledge", i128::from(k)).finish());
-            }
+            self.push_records(&recs[lo..hi], acc, Some(k));
         }
         Ok(())
     }
@@ -314,7 +310,7 @@ async fn full_page(app: &App, page: &mut Page<'_>, pinned: u64, pos: Pos) -> Res
                 return Ok(Some(Pos::FullRecords { acc: id, off }));
             }
             let take = (len - off).min((page.limit - page.items) as u64);
-            page.records(app, id, off, off + take, None).await?;
+            page.records(app, id, off, off + take).await?;
             off += take;
         }
     }
