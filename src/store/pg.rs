@@ -289,36 +289,17 @@ impl Txn {
         let obj = self.obj.take().ok_or_else(|| StoreError::Engine("transaction already finished".into()))?;
         // Until COMMIT answers, the connection's state is unknown: if it fails, or this wait is
         // cancelled (the database did not answer in time), it is closed, never reused.
-        let mut dirty = Dirty(Some(obj));
-        let done = match dirty.0.as_deref() {
-            Some(c) => c.batch_execute("COMMIT").await,
-            None => return Err(StoreError::Engine("transaction already finished".into())),
-        };
-        match done {
-            Ok(()) => {
-                // Clean: back to the pool.
-                drop(dirty.0.take());
-                Ok(())
-            }
-            Err(e) => Err(pg_err(e)),
-        }
+        Dirty(Some(obj)).settle("COMMIT").await.map_err(pg_err)
     }
 }
 
 impl Drop for Txn {
     fn drop(&mut self) {
         let Some(obj) = self.obj.take() else { return };
-        let mut dirty = Dirty(Some(obj));
+        let dirty = Dirty(Some(obj));
         if let Ok(h) = tokio::runtime::Handle::try_current() {
             h.spawn(async move {
-                let rolled_back = match dirty.0.as_deref() {
-                    Some(c) => c.batch_execute("ROLLBACK").await.is_ok(),
-                    None => false,
-                };
-                if rolled_back {
-                    // Clean again: back to the pool.
-                    dirty.0.take();
-                }
+                let _ = dirty.settle("ROLLBACK").await;
             });
         }
     }
@@ -327,6 +308,18 @@ impl Drop for Txn {
 /// A connection that may still be inside a transaction: unless taken back out, it is closed
 /// when dropped (never returned to the pool), even if its rollback task never ran.
 struct Dirty(Option<Object>);
+
+impl Dirty {
+    /// Runs `sql` (COMMIT, ROLLBACK); once it succeeds the connection is clean again and goes
+    /// back to the pool. Failed, or cancelled while it waits, the connection is closed.
+    async fn settle(mut self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        if let Some(c) = self.0.as_deref() {
+            c.batch_execute(sql).await?;
+        }
+        drop(self.0.take());
+        Ok(())
+    }
+}
 
 impl Drop for Dirty {
     fn drop(&mut self) {
