@@ -207,13 +207,6 @@ impl SledStore {
         &self.db
     }
 
-    /// Applies `op` (journal record `seq`) atomically, without flushing.
-    pub fn apply(&self, op: &Op, seq: u64) -> Result<(), StoreError> {
-        let mut rows = Vec::new();
-        rows_into(&self.db, &mut rows, op, Some(self.id_secret))?;
-        self.apply_rows(rows.iter().map(|(k, v)| (&**k, v.as_ref())), Some(seq))
-    }
-
     /// Writes rows as one atomic batch, with the journal record they reach if `seq` is given.
     pub fn apply_rows<'a>(
         &self,
