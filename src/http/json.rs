@@ -145,12 +145,12 @@ impl Obj {
         self.raw(k, &s)
     }
 
-    /// The inner members, without braces.
     /// An object of the given members' text (as [`Obj::members`] gives it).
     pub fn from_members(buf: String) -> Obj {
         Obj { buf }
     }
 
+    /// The inner members, without braces.
     pub fn members(&self) -> &str {
         &self.buf
     }
