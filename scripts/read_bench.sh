@@ -5,14 +5,14 @@
 # gives the server's CPU time per request. Loopback only;
 # every run is bounded in time. Usage: scripts/read_bench.sh [seconds=5] [rounds=3]
 # Env: SERVER_CPU (core both servers are pinned to; default empty = not pinned). The last
-# column, like_pfm, is bare hyper answering pfm's very bytes (examples/bare_like_pfm.rs): the
+# column, like_pfm, is bare hyper answering pfm's very bytes (`bare_hyper <port> like-pfm`): the
 # cost of pfm's answer to the client without pfm's work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${1:-5}
 ROUNDS=${2:-3}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
-cargo build --release --bin pfm --example bare_hyper --example bare_like_pfm >/dev/null
+cargo build --release --bin pfm --example bare_hyper >/dev/null
 mkdir -p target/bench-tmp
 W=$(mktemp -d -p target/bench-tmp read.XXXXXX)
 SECRET=read-bench-secret-read-bench-secret-00
@@ -21,7 +21,7 @@ BP=$(free_port); PP=$(free_port); LP=$(free_port)
 pin=()
 [ -n "${SERVER_CPU:-}" ] && pin=(taskset -c "$SERVER_CPU")
 "${pin[@]}" ./target/release/examples/bare_hyper "$BP" & BARE=$!
-"${pin[@]}" ./target/release/examples/bare_like_pfm "$LP" & LIKE=$!
+"${pin[@]}" ./target/release/examples/bare_hyper "$LP" like-pfm & LIKE=$!
 JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "${pin[@]}" ./target/release/pfm --port "$PP" --data-dir "$W/d" >/dev/null 2>&1 & PFM=$!
 trap 'kill $BARE $LIKE $PFM 2>/dev/null; wait $BARE $LIKE $PFM 2>/dev/null; rm -rf "$W"' EXIT
 for port in "$BP" "$PP" "$LP"; do
