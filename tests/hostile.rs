@@ -519,3 +519,46 @@ fn short_logs_and_the_reference_style_are_sent_whole() {
         assert_eq!(n, serde_json::json!(4), "{}", r.text);
     }
 }
+
+/// A streamed answer to an HTTP/1.0 client ends when the connection closes (1.0 has no chunks):
+/// the answer says `Connection: close`, never the client's `keep-alive`, and the whole log
+/// arrives before the close. A short answer keeps the connection as before.
+#[test]
+fn a_streamed_answer_to_http_1_0_says_it_closes() {
+    let s = Srv::start_with(|c| c.stream_min_records = 2);
+    let (tok, main) = s.user("old-client", "0");
+    for _ in 0..3 {
+        s.deposit(&tok, &main, "1").ok();
+    }
+    let ask = |path: &str, wait: Duration| {
+        let mut c = TcpStream::connect(s.addr()).unwrap();
+        c.set_read_timeout(Some(wait)).unwrap();
+        write!(c, "GET {path} HTTP/1.0\r\nAuthorization: Bearer {tok}\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap();
+        // Read until the server closes, or until the read times out on a kept connection.
+        let mut out = Vec::new();
+        let mut buf = [0u8; 65536];
+        let closed = loop {
+            match c.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(_) => break false,
+            }
+        };
+        let text = String::from_utf8(out).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        (head.to_ascii_lowercase(), body.to_string(), closed)
+    };
+    let (head, body, closed) = ask(&format!("/get_transactions?uuid={main}"), Duration::from_secs(10));
+    assert!(head.starts_with("http/1.0 200"), "{head}");
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    assert!(!head.contains("keep-alive"), "{head}");
+    assert!(!head.contains("transfer-encoding") && !head.contains("content-length"), "{head}");
+    assert!(closed);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["transaction_count"], serde_json::json!(3));
+    // A short answer: its length, and the connection kept as the client asked.
+    let (head, _, closed) = ask(&format!("/get_balance?uuid={main}"), Duration::from_millis(500));
+    assert!(head.contains("connection: keep-alive") && head.contains("content-length"), "{head}");
+    assert!(!closed);
+}

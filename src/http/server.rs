@@ -69,6 +69,7 @@ async fn handle(
     // The access log's fields cost allocations: gather them only when the line will be written.
     let log_on = tracing::enabled!(target: "access", tracing::Level::INFO);
     let method = req.method().clone();
+    let http10 = req.version() == hyper::Version::HTTP_10;
     // HEAD on a token-exempt GET resource (probes, OpenAPI, metrics, the page's files) runs as
     // GET; hyper, which knows the request was HEAD, sends the head only (RFC 9110 9.3.2). SPEC's
     // endpoints keep their one method (3.1), so HEAD stays 405 there.
@@ -121,7 +122,15 @@ async fn handle(
         "request"
     );
     let unauthorized = reply.status == 401;
+    // A streamed answer to HTTP/1.0 has no length and no chunks: it ends when the connection
+    // closes. hyper echoes a 1.0 client's `keep-alive` unless the answer is itself marked 1.0,
+    // and would so promise a connection it then closes.
+    let close_http10 = http10 && reply.chunks.is_some();
     let mut resp = reply.into_response();
+    if close_http10 {
+        *resp.version_mut() = hyper::Version::HTTP_10;
+        resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    }
     resp.headers_mut().insert(X_REQUEST_ID.clone(), rid);
     if unauthorized {
         // RFC 9110 15.5.2: a 401 names the scheme it wants.
