@@ -192,4 +192,24 @@ fn minimal_tree_shape_and_errors() {
     // n=5: Rent's due date is 9.6 days ahead.
     assert_eq!(r.json["minimal_tree"]["compute_total_due_within_n_days"].to_string(), "0");
     assert_eq!(r.json["minimal_tree"]["previous_allocated_amount"].to_string(), "0");
+    // Not in SPEC: transactions=false leaves every node's log out and nothing else.
+    let full = s.get(&tok, "/get_minimal_tree", "").ok().json.clone();
+    let bare = s.get(&tok, "/get_minimal_tree", "transactions=false").ok().json.clone();
+    fn strip(v: &mut serde_json::Value) -> usize {
+        let Some(o) = v.as_object_mut() else { return 0 };
+        let mut n = usize::from(o.remove("transactions").is_some());
+        if let Some(kids) = o.get_mut("child_accounts").and_then(|k| k.as_object_mut()) {
+            n += kids.values_mut().map(strip).sum::<usize>();
+        }
+        n
+    }
+    let (mut want, mut got) = (full["minimal_tree"].clone(), bare["minimal_tree"].clone());
+    assert!(strip(&mut want) >= 3);
+    assert_eq!(strip(&mut got), 0, "{bare}");
+    assert_eq!(got, want);
+    assert_eq!(
+        s.get(&tok, "/get_minimal_tree", "transactions=true").json["minimal_tree"]["transactions"],
+        full["minimal_tree"]["transactions"]
+    );
+    s.get(&tok, "/get_minimal_tree", "transactions=no").fails(400, "transactions must be a boolean");
 }

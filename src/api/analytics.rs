@@ -221,10 +221,11 @@ pub async fn walking_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         .money("walking_amount", w))
 }
 
-fn ts_flag(p: &Params) -> Result<bool, ApiError> {
-    let bad = || ApiError::bad("ts_data must be a boolean");
-    match p.get("ts_data") {
-        PVal::Missing | PVal::Empty => Ok(false),
+/// A boolean parameter (SPEC 3.4's booleans), `default` when absent.
+fn flag(p: &Params, name: &str, default: bool) -> Result<bool, ApiError> {
+    let bad = || ApiError::bad(format!("{name} must be a boolean"));
+    match p.get(name) {
+        PVal::Missing | PVal::Empty => Ok(default),
         PVal::Bool(b) => Ok(b),
         PVal::Str(s) => match s.as_ref() {
             "true" | "TRUE" | "True" | "T" => Ok(true),
@@ -236,8 +237,8 @@ fn ts_flag(p: &Params) -> Result<bool, ApiError> {
 }
 
 struct TreeQuery<'a> {
-    /// Where each account's log goes; filled in after the tree is rendered.
-    logs: &'a std::cell::RefCell<LogPlan>,
+    /// Where each account's log goes, filled in after the tree is rendered; `None`: no logs.
+    logs: Option<&'a std::cell::RefCell<LogPlan>>,
     tree: &'a Tree,
     now: i64,
     n_micro: i128,
@@ -250,7 +251,7 @@ impl TreeQuery<'_> {
     fn node(&self, id: AccountId, with_series: bool) -> Result<String, ApiError> {
         let t = self.tree;
         let a = t.get(id).ok_or_else(|| ApiError::Internal("dangling child".into()))?;
-        let logs = self.logs.borrow_mut().marker(id);
+        let logs = self.logs.map(|l| l.borrow_mut().marker(id));
         let mut children = Obj::new();
         for c in a.children.iter().filter_map(|c| t.get(*c)) {
             children = children.obj(&c.name, Obj::new().str("name", &c.name).str("uuid", &fmt_uuid(c.uuid)));
@@ -263,8 +264,11 @@ impl TreeQuery<'_> {
             .str("name", &a.name)
             .str("account_uuid", &fmt_uuid(id))
             .str("account_class", a.kind.wire())
-            .money("balance", a.balance.into())
-            .raw("transactions", &logs)
+            .money("balance", a.balance.into());
+        if let Some(logs) = &logs {
+            o = o.raw("transactions", logs);
+        }
+        o = o
             .obj("child_accounts_list", children)
             .money("total_balance", a.sub_balance)
             .money("total_due", a.sub_due)
@@ -352,7 +356,10 @@ pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     };
     let n_micro = lookahead(p, "n", None, "`n` must be a positive number", false)?.unwrap_or(30_000_000);
     let (from, to) = day_range(p, "start_date", "end_date", day_of(rq.now()), true)?;
-    let series = ts_flag(p)?;
+    let series = flag(p, "ts_data", false)?;
+    // Not in SPEC: `transactions=false` leaves every node's log out (the key is absent), for a
+    // client that wants the tree and its figures without the whole history (the web page).
+    let with_logs = flag(p, "transactions", true)?;
     if series && to - from + 1 > SERIES_MAX_DAYS {
         return Err(ApiError::bad("Date range too large for time series"));
     }
@@ -364,7 +371,7 @@ pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let len = to - from + 1;
     let plan = std::cell::RefCell::new(LogPlan::new(st.clone()));
     let q = TreeQuery {
-        logs: &plan,
+        logs: with_logs.then_some(&plan),
         tree: &st.tree,
         now: rq.now(),
         n_micro,

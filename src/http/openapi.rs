@@ -309,6 +309,7 @@ fn describe(ep: Ep) -> Doc {
                 ("start_date", T::Date, false, "Range start."),
                 ("end_date", T::Date, false, "Range end."),
                 ("ts_data", T::Bool, false, "Include a daily time series; default false."),
+                ("transactions", T::Bool, false, "Include every node's log; default true. Not in SPEC: false leaves the `transactions` key out of every node."),
             ],
             vec![("uuid", s()), ("minimal_tree", json!({"$ref": "#/components/schemas/TreeNode"}))],
         ),
@@ -765,13 +766,13 @@ fn components() -> Value {
             "TreeNode": {
                 "type": "object",
                 "description": "SPEC 10.18.",
-                "required": ["name", "account_uuid", "account_class", "balance", "transactions", "child_accounts_list", "child_accounts"],
+                "required": ["name", "account_uuid", "account_class", "balance", "child_accounts_list", "child_accounts"],
                 "properties": {
                     "name": {"type": "string"},
                     "account_uuid": {"type": "string"},
                     "account_class": {"type": "string"},
                     "balance": {"type": "number"},
-                    "transactions": {"type": "array", "items": {"$ref": "#/components/schemas/Transaction"}},
+                    "transactions": {"type": "array", "items": {"$ref": "#/components/schemas/Transaction"}, "description": "Absent when asked with transactions=false."},
                     "child_accounts_list": {"type": "object"},
                     "total_balance": {"type": "number"},
                     "total_due": {"type": "number"},
