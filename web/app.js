@@ -18,6 +18,9 @@
     tx: { all: [], shown: [], page: 0 },
     chart: null,
     loadSeq: 0,
+    // Moves whenever a session starts or ends: an answer that arrives for an older session is
+    // dropped, never shown to the next person on this tab.
+    gen: 0,
   };
 
   // ---------------------------------------------------------------- API
@@ -30,9 +33,9 @@
   }
 
   // Calls one endpoint. GET parameters go in the query string; everything else as a JSON body.
-  // Fails with the API's own error text.
-  async function api(method, path, params) {
-    const opts = { method, headers: { Accept: 'application/json' } };
+  // Fails with the API's own error text. `extra`: more request headers.
+  async function api(method, path, params, extra) {
+    const opts = { method, headers: Object.assign({ Accept: 'application/json' }, extra || {}) };
     let url = path;
     if (method === 'GET') {
       const q = new URLSearchParams(params || {}).toString();
@@ -50,7 +53,9 @@
     }
     let body = null;
     try {
-      body = await res.json();
+      const text = await res.text();
+      // Only the tree's child order matters; logs parse faster natively.
+      body = path === '/get_minimal_tree' ? parseOrdered(text) : JSON.parse(text);
     } catch (e) {
       body = null;
     }
@@ -64,22 +69,126 @@
     return body;
   }
 
+  // JSON.parse puts an object's integer-like keys ("2027", "10") before the others, and the API
+  // keys children by name in their order (SPEC 10.18), which decides ties between equal
+  // priorities. So answers are parsed here, keeping each object's key order under ORDER.
+  const ORDER = Symbol('order');
+  function parseOrdered(text) {
+    let i = 0;
+    const ws = () => {
+      while (i < text.length && ' \t\r\n'.includes(text[i])) i++;
+    };
+    const fail = () => {
+      throw new SyntaxError('bad JSON at ' + i);
+    };
+    function value() {
+      ws();
+      const c = text[i];
+      if (c === '{') {
+        i++;
+        const o = {};
+        const keys = [];
+        Object.defineProperty(o, ORDER, { value: keys });
+        ws();
+        if (text[i] === '}') {
+          i++;
+          return o;
+        }
+        for (;;) {
+          ws();
+          if (text[i] !== '"') fail();
+          const k = str();
+          ws();
+          if (text[i++] !== ':') fail();
+          const v = value();
+          if (!Object.prototype.hasOwnProperty.call(o, k)) keys.push(k);
+          Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
+          ws();
+          if (text[i] === ',') i++;
+          else if (text[i] === '}') {
+            i++;
+            return o;
+          } else fail();
+        }
+      }
+      if (c === '[') {
+        i++;
+        const a = [];
+        ws();
+        if (text[i] === ']') {
+          i++;
+          return a;
+        }
+        for (;;) {
+          a.push(value());
+          ws();
+          if (text[i] === ',') i++;
+          else if (text[i] === ']') {
+            i++;
+            return a;
+          } else fail();
+        }
+      }
+      if (c === '"') return str();
+      const m = /^(?:true|false|null|-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?)/.exec(text.slice(i, i + 64));
+      if (!m) fail();
+      i += m[0].length;
+      return JSON.parse(m[0]);
+    }
+    function str() {
+      // From the opening quote to the closing one, escapes included; JSON.parse decodes it.
+      const start = i++;
+      while (i < text.length && text[i] !== '"') i += text[i] === '\\' ? 2 : 1;
+      if (i >= text.length) fail();
+      i++;
+      return JSON.parse(text.slice(start, i));
+    }
+    const v = value();
+    ws();
+    if (i !== text.length) fail();
+    return v;
+  }
+  // An object's keys in the order the answer gave them.
+  const keysOf = (o) => (o ? o[ORDER] || Object.keys(o) : []);
+  const kids = (node) => keysOf(node.child_accounts).map((k) => node.child_accounts[k]);
+
   // ---------------------------------------------------------------- formatting
 
-  const moneyFmt = new Intl.NumberFormat(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  // Amounts are shown as they are typed and as the API writes them: a dot before the cents and
+  // no grouping ambiguity across languages ("1.000" is one, never a thousand).
+  const moneyFmt = new Intl.NumberFormat('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 });
   const money = (v) => (v === null || v === undefined || v === '' ? '-' : moneyFmt.format(Number(v)));
-  const pct = (v) => (v === null || v === undefined ? '-' : (Number(v) * 100).toFixed(Number(v) * 100 % 1 ? 1 : 0) + '%');
+  // Allocations have up to 6 decimals (SPEC): a percentage with up to 4, without float noise.
+  const pct = (v) => (v === null || v === undefined ? '-' : String(Math.round(Number(v) * 1e6) / 1e4) + '%');
 
-  function isoDay(d) {
-    return d.toISOString().slice(0, 10);
+  // Dates are the person's own calendar: the local day, sent with the local offset.
+  const pad = (n) => String(n).padStart(2, '0');
+  function localDay(d) {
+    return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate());
   }
   function today() {
-    return isoDay(new Date());
+    return localDay(new Date());
   }
-  function daysAgo(n) {
-    const d = new Date();
-    d.setUTCDate(d.getUTCDate() - n);
-    return isoDay(d);
+  // Local midnight of `d` as the API reads it: `YYYY-MM-DDT00:00:00+HH:MM`.
+  function midnight(d) {
+    const m = new Date(d.getFullYear(), d.getMonth(), d.getDate());
+    const off = -m.getTimezoneOffset();
+    const sign = off < 0 ? '-' : '+';
+    const a = Math.abs(off);
+    return localDay(m) + 'T00:00:00' + sign + pad(Math.floor(a / 60)) + ':' + pad(a % 60);
+  }
+  // A `YYYY-MM-DD` picked in a date input, as local midnight.
+  function pickedDay(v) {
+    const [y, mo, d] = v.split('-').map(Number);
+    return midnight(new Date(y, mo - 1, d));
+  }
+  const nowIso = () => new Date().toISOString();
+  // A record's UTC `YYYY-MM-DD HH:MM:SS` as local time, `YYYY-MM-DD HH:MM`.
+  function localTime(utc) {
+    const t = Date.parse(String(utc).replace(' ', 'T') + 'Z');
+    if (Number.isNaN(t)) return String(utc);
+    const d = new Date(t);
+    return localDay(d) + ' ' + pad(d.getHours()) + ':' + pad(d.getMinutes());
   }
 
   // Creates an element with text content (never HTML) and optional class.
@@ -103,27 +212,53 @@
   }
 
   function startSession(token, user) {
+    clearPage();
     state.token = token;
     state.user = user;
-    state.selected = null;
-    state.expanded = new Set();
     saveSession();
     showApp();
     load();
   }
 
   function endSession(message) {
+    clearPage();
     state.token = null;
     state.user = null;
+    sessionStorage.removeItem(SESSION_KEY);
+    showAuth();
+    setNotice(message || '');
+  }
+
+  // Empties everything a session showed or was typed into, so the next person on this tab sees
+  // none of it, even for a moment or if their own data never arrives; answers still on their
+  // way for the old session are dropped (`gen`).
+  function clearPage() {
+    state.gen += 1;
+    state.loadSeq += 1;
     state.tree = null;
     state.nodes = new Map();
-    sessionStorage.removeItem(SESSION_KEY);
+    state.selected = null;
+    state.expanded = new Set();
+    state.tx = { all: [], shown: [], page: 0 };
     if (state.chart) {
       state.chart.destroy();
       state.chart = null;
     }
-    showAuth();
-    setNotice(message || '');
+    for (const id of ['t-balance', 't-due', 't-due30', 't-income', 't-spending']) $(id).textContent = '-';
+    for (const id of ['tree', 'acct-facts', 'chart']) $(id).replaceChildren();
+    for (const sel of document.querySelectorAll('select[data-accounts]')) sel.replaceChildren();
+    $('tx-table').tBodies[0].replaceChildren();
+    for (const id of ['acct-name', 'chart-acc', 'chart-sum', 'tx-page', 'delete-where', 'load-error', 'chart-error']) {
+      $(id).textContent = '';
+    }
+    for (const f of document.querySelectorAll('#app form')) f.reset();
+    clearMessages(document);
+    setNotice('');
+  }
+
+  // Every form's error and success line under `root`.
+  function clearMessages(root) {
+    for (const e of root.querySelectorAll('[data-error], [data-ok]')) e.textContent = '';
   }
 
   function showAuth() {
@@ -141,29 +276,48 @@
 
   // ---------------------------------------------------------------- forms
 
-  // Wires a form: clears its error, runs `action(values)`, shows the API's error next to it.
+  // Wires a form: runs `action(values, form)` and shows what came of it next to the form: the
+  // message it returns, or the API's error. Hidden fields are not sent; passwords are sent as
+  // typed, everything else trimmed. While it runs, further submits of the form are ignored;
+  // its button stays focusable (a disabled button loses the keyboard focus to the page).
   function onSubmit(form, action) {
+    const errorEl = form.querySelector('[data-error]');
+    const okEl = el('p', null, 'ok');
+    okEl.setAttribute('role', 'status');
+    okEl.dataset.ok = '';
+    errorEl.after(okEl);
+    const button = form.querySelector('button[type=submit]');
+    let busy = false;
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
-      const errorEl = form.querySelector('[data-error]');
+      if (busy) return;
       errorEl.textContent = '';
-      const button = form.querySelector('button[type=submit]');
+      // Success lines of earlier actions, here or in other forms, would read as this one's.
+      for (const e of document.querySelectorAll('[data-ok]')) e.textContent = '';
+      setNotice('');
       const values = {};
       for (const f of form.elements) {
-        if (f.name && f.value.trim() !== '') values[f.name] = f.value.trim();
+        if (!f.name || f.disabled || f.closest('[hidden]')) continue;
+        const v = f.type === 'password' ? f.value : f.value.trim();
+        if (v !== '') values[f.name] = v;
       }
-      button.disabled = true;
+      busy = true;
+      button.setAttribute('aria-disabled', 'true');
+      const gen = state.gen;
       try {
-        await action(values, form);
+        const message = await action(values, form);
+        if (message && gen === state.gen) okEl.textContent = message;
       } catch (e) {
         if (e instanceof ApiError) {
-          errorEl.textContent = e.message;
+          if (gen === state.gen) errorEl.textContent = e.message;
         } else {
           errorEl.textContent = 'Something went wrong in the page: ' + e.message;
           throw e;
         }
       } finally {
-        button.disabled = false;
+        busy = false;
+        button.removeAttribute('aria-disabled');
+        if (!document.activeElement || document.activeElement === document.body) button.focus();
       }
     });
   }
@@ -176,26 +330,34 @@
 
   function indexTree(node, parent, depth) {
     state.nodes.set(node.account_uuid, { node, parent, depth });
-    for (const child of Object.values(node.child_accounts || {})) indexTree(child, node, depth + 1);
+    for (const child of kids(node)) indexTree(child, node, depth + 1);
   }
 
   // The account's own amount due: its subtree's due minus its children's (the minimal tree only
   // carries subtree totals).
   function ownDue(node) {
     let d = Number(node.total_due);
-    for (const c of Object.values(node.child_accounts || {})) d -= Number(c.total_due);
+    for (const c of kids(node)) d -= Number(c.total_due);
     return Math.round(d * 100) / 100;
   }
 
-  async function load() {
+  // Loads the tree and its figures (no logs: those are the selected account's alone, below) and
+  // shows them; then the selected account's transactions and chart, without waiting for them.
+  // `refill`: also refill the account forms' fields the person has edited.
+  async function load(refill) {
     const seq = ++state.loadSeq;
     $('load-error').textContent = '';
-    const t = today();
+    const now = new Date();
     let r;
     try {
-      r = await api('GET', '/get_minimal_tree', { n: 30, start_date: t.slice(0, 8) + '01', end_date: t });
+      r = await api('GET', '/get_minimal_tree', {
+        n: 30,
+        start_date: midnight(new Date(now.getFullYear(), now.getMonth(), 1)),
+        end_date: nowIso(),
+        transactions: 'false',
+      });
     } catch (e) {
-      if (state.token) $('load-error').textContent = e.message;
+      if (state.token && seq === state.loadSeq) $('load-error').textContent = e.message;
       return;
     }
     if (seq !== state.loadSeq) return;
@@ -207,8 +369,9 @@
     renderTotals();
     renderTree();
     renderSelects();
-    renderAccount();
-    await Promise.all([loadTransactions(), loadChart()]);
+    renderAccount(refill);
+    loadTransactions();
+    loadChart();
   }
 
   function renderTotals() {
@@ -245,8 +408,8 @@
     const li = el('li');
     li.dataset.uuid = node.account_uuid;
     const row = el('div', null, 'node' + (node.account_uuid === state.selected ? ' selected' : ''));
-    const kids = Object.values(node.child_accounts || {});
-    if (kids.length) {
+    const children = kids(node);
+    if (children.length) {
       const open = state.expanded.has(node.account_uuid);
       const t = el('button', open ? '▾' : '▸', 'toggle');
       t.type = 'button';
@@ -270,7 +433,7 @@
 
     const info = el('span', null, 'info');
     info.append(el('span', money(node.balance), 'bal'));
-    if (kids.length) info.append(el('span', 'total ' + money(node.total_balance), 'tot'));
+    if (children.length) info.append(el('span', 'total ' + money(node.total_balance), 'tot'));
     if (depth > 0) {
       const status = node.account_status;
       info.append(el('span', status, 'status st-' + (['active', 'inactive', 'closed'].includes(status) ? status : 'other')));
@@ -281,9 +444,9 @@
     li.append(row);
     const bar = envelopeBar(node);
     if (bar) li.append(bar);
-    if (kids.length && state.expanded.has(node.account_uuid)) {
+    if (children.length && state.expanded.has(node.account_uuid)) {
       const ul = el('ul');
-      for (const k of kids) ul.append(treeItem(k, depth + 1));
+      for (const k of children) ul.append(treeItem(k, depth + 1));
       li.append(ul);
     }
     return li;
@@ -309,7 +472,8 @@
     }
     renderTree();
     for (const id of ['dep-acc', 'wd-acc', 'ds-acc', 'mv-from']) $(id).value = uuid;
-    renderAccount();
+    clearMessages($('account'));
+    renderAccount(true);
     const btn = $('tree').querySelector('li[data-uuid="' + CSS.escape(uuid) + '"] > .node > .acc-name');
     if (btn) btn.focus();
     loadTransactions();
@@ -320,7 +484,7 @@
     const order = [];
     const walk = (node, depth) => {
       order.push({ node, depth });
-      for (const c of Object.values(node.child_accounts || {})) walk(c, depth + 1);
+      for (const c of kids(node)) walk(c, depth + 1);
     };
     walk(state.tree, 0);
     for (const sel of document.querySelectorAll('select[data-accounts]')) {
@@ -341,11 +505,19 @@
 
   function countDescendants(node) {
     let n = 0;
-    for (const c of Object.values(node.child_accounts || {})) n += 1 + countDescendants(c);
+    for (const c of kids(node)) n += 1 + countDescendants(c);
     return n;
   }
 
-  function renderAccount() {
+  // Puts `value` in a form field, unless the person has edited the field since it was last
+  // filled (a reload after some other action must not undo their typing) and `force` is off.
+  function fill(field, value, force) {
+    const v = value === null || value === undefined ? '' : String(value);
+    if (force || field.dataset.filled === undefined || field.value === field.dataset.filled) field.value = v;
+    field.dataset.filled = v;
+  }
+
+  function renderAccount(force) {
     const entry = state.nodes.get(state.selected);
     if (!entry) return;
     const n = entry.node;
@@ -379,20 +551,27 @@
     const isEnvelope = n.account_class === 'GrandchildAccount';
     for (const e of document.querySelectorAll('.envelope-only')) e.hidden = !isEnvelope;
     if (isEnvelope) {
-      $('env-fixed').value = n.fixed_amount;
-      $('env-due').value = n.due_date ? String(n.due_date).slice(0, 10) : '';
-      $('env-type').value = n.account_type;
-      $('env-freq').value = n.account_freq === null ? '' : n.account_freq;
+      fill($('env-fixed'), n.fixed_amount, force);
+      fill($('env-due'), n.due_date ? String(n.due_date).slice(0, 10) : '', force);
+      fill($('env-type'), n.account_type, force);
+      fill($('env-freq'), n.account_freq, force);
     }
     for (const e of document.querySelectorAll('.child-only')) e.hidden = isMain;
     for (const e of document.querySelectorAll('.gc-only')) e.hidden = isMain;
     if (!isMain) {
-      $('al-value').value = n.allocation;
-      $('pr-value').value = n.priority;
+      fill($('al-value'), n.allocation, force);
+      fill($('pr-value'), n.priority, force);
+      // A status label of the person's own (set through the API) is shown as it is.
       const st = $('st-value');
-      st.value = ['active', 'inactive', 'closed'].includes(n.account_status) ? n.account_status : 'inactive';
+      for (const o of st.querySelectorAll('option[data-custom]')) o.remove();
+      if (!['active', 'inactive', 'closed'].includes(n.account_status)) {
+        const o = el('option', n.account_status + ' (current)');
+        o.value = n.account_status;
+        o.dataset.custom = '';
+        st.append(o);
+      }
+      fill(st, n.account_status, force);
     }
-    for (const f of document.querySelectorAll('#account [data-error]')) f.textContent = '';
     $('delete-where').textContent = deleteText(entry);
   }
 
@@ -417,12 +596,17 @@
 
   async function loadTransactions() {
     const uuid = state.selected;
+    const gen = state.gen;
     const body = $('tx-table').tBodies[0];
     try {
       const r = await api('GET', '/get_transactions', { uuid });
-      if (uuid !== state.selected) return;
-      state.tx.all = (r.transactions || []).slice().reverse(); // newest first
+      if (uuid !== state.selected || gen !== state.gen) return;
+      // Newest first by date (a back-dated record sorts by its date), then latest recorded.
+      const list = (r.transactions || []).map((t, i) => ({ t, i, local: localTime(t.Date) }));
+      list.sort((a, b) => (a.t.Date < b.t.Date ? 1 : a.t.Date > b.t.Date ? -1 : b.i - a.i));
+      state.tx.all = list;
     } catch (e) {
+      if (uuid !== state.selected || gen !== state.gen) return;
       body.replaceChildren();
       const tr = el('tr');
       const td = el('td', e.message, 'error');
@@ -438,8 +622,9 @@
   function filterTransactions() {
     const from = $('tx-from').value;
     const to = $('tx-to').value;
-    state.tx.shown = state.tx.all.filter((t) => {
-      const d = String(t.Date).slice(0, 10);
+    $('tx-filter-error').textContent = from && to && from > to ? '"From" is after "To": no day is in between.' : '';
+    state.tx.shown = state.tx.all.filter((x) => {
+      const d = x.local.slice(0, 10);
       return (!from || d >= from) && (!to || d <= to);
     });
     renderTransactions();
@@ -452,10 +637,10 @@
     const pages = Math.max(1, Math.ceil(list.length / TX_PAGE));
     state.tx.page = Math.min(state.tx.page, pages - 1);
     const start = state.tx.page * TX_PAGE;
-    for (const t of list.slice(start, start + TX_PAGE)) {
+    for (const { t, local } of list.slice(start, start + TX_PAGE)) {
       const tr = el('tr', null, t.Type === 'Deposit' ? 'in' : 'out');
       tr.append(
-        el('td', t.Date),
+        el('td', local),
         el('td', t.Type),
         el('td', (t.Type === 'Deposit' ? '+' : '-') + money(t.Amount), 'num'),
         el('td', money(t.Balance), 'num'),
@@ -481,26 +666,24 @@
 
   async function loadChart() {
     const uuid = state.selected;
+    const gen = state.gen;
     const days = Number($('chart-range').value);
     const monthly = days > 100;
-    let start;
-    if (monthly) {
-      const d = new Date();
-      d.setUTCDate(1);
-      d.setUTCMonth(d.getUTCMonth() - 11);
-      start = isoDay(d);
-    } else {
-      start = daysAgo(days - 1);
-    }
+    const now = new Date();
+    const start = monthly
+      ? new Date(now.getFullYear(), now.getMonth() - 11, 1)
+      : new Date(now.getFullYear(), now.getMonth(), now.getDate() - (days - 1));
     $('chart-error').textContent = '';
     let r;
     try {
-      r = await api('GET', '/get_minimal_tree', { uuid, start_date: start, end_date: today(), ts_data: 'true' });
+      r = await api('GET', '/get_minimal_tree', {
+        uuid, start_date: midnight(start), end_date: nowIso(), ts_data: 'true', transactions: 'false',
+      });
     } catch (e) {
-      $('chart-error').textContent = e.message;
+      if (uuid === state.selected && gen === state.gen) $('chart-error').textContent = e.message;
       return;
     }
-    if (uuid !== state.selected) return;
+    if (uuid !== state.selected || gen !== state.gen) return;
     const series = r.minimal_tree.time_series || [];
     const buckets = new Map();
     for (const p of series) {
@@ -552,8 +735,9 @@
       // Pad the time axis by half a month so the first and last monthly bars are whole.
       scales: { x: { time: true, range: monthly ? (u, min, max) => [min - 16 * 86400, max + 16 * 86400] : undefined } },
       axes: [{}, { values: (u, vals) => vals.map((v) => moneyFmt.format(v)), size: 70 }],
+      // Allocated is dashed: on the main account it often equals income, drawn over it.
       series: [{ label: monthly ? 'Month' : 'Day', value: (u, v) => (v == null ? '-' : new Date(v * 1000).toISOString().slice(0, monthly ? 7 : 10)) },
-        line('Income', '#1b7f3b'), line('Spending', '#c0392b'), line('Allocated', '#2463b5')],
+        line('Income', '#1b7f3b'), line('Spending', '#c0392b'), Object.assign(line('Allocated', '#2463b5'), { dash: [6, 4] })],
     };
     state.chart = new uPlot(opts, data, $('chart'));
   }
@@ -561,26 +745,35 @@
   // ---------------------------------------------------------------- wiring
 
   function wire() {
+    // A password is required here: without one, /register would take the request as a token
+    // registration and answer about a missing token.
+    const needPassword = (v) => {
+      if (!v.password) throw new ApiError('Password is required (8 to 128 characters).', 400);
+    };
     onSubmit($('login-form'), async (v) => {
-      const r = await api('POST', '/login', { user_id: v.user_id, password: v.password || '' });
+      needPassword(v);
+      const r = await api('POST', '/login', { user_id: v.user_id || '', password: v.password });
       $('login-form').reset();
-      setNotice('');
       startSession(r.token, r.user_id);
     });
 
     onSubmit($('register-form'), async (v) => {
+      needPassword(v);
       state.token = null; // password mode: no Authorization header (SPEC 5.2)
-      const body = { user_id: v.user_id, password: v.password || '' };
+      const body = { user_id: v.user_id || '', password: v.password };
       if (v.initial_balance) body.initial_balance = v.initial_balance;
       await api('POST', '/register', body);
       const r = await api('POST', '/login', { user_id: v.user_id, password: v.password });
       $('register-form').reset();
-      setNotice('Welcome, ' + r.user_id + '. Your Main account is ready.');
       startSession(r.token, r.user_id);
+      setNotice('Welcome, ' + r.user_id + '. Your Main account is ready.');
     });
 
     $('logout').addEventListener('click', () => endSession('You are logged out.'));
-    $('refresh').addEventListener('click', () => load());
+    $('refresh').addEventListener('click', () => {
+      clearMessages($('app'));
+      load();
+    });
     $('expand-all').addEventListener('click', () => {
       for (const k of state.nodes.keys()) state.expanded.add(k);
       renderTree();
@@ -591,68 +784,106 @@
     });
 
     const nameOf = (uuid) => (state.nodes.get(uuid) ? state.nodes.get(uuid).node.name : uuid);
+    // A money movement carries an Idempotency-Key: sent again after "Cannot reach the server"
+    // with the same values, it is answered from the first attempt instead of moving the money
+    // twice. A new key once the values change or an answer came.
+    // getRandomValues, unlike randomUUID, works on plain http from another host too.
+    const randomHex = (n) => Array.from(crypto.getRandomValues(new Uint8Array(n)), (b) => pad(b.toString(16))).join('');
+    const keyed = (path) => {
+      let last = null;
+      return async (v) => {
+        const sig = JSON.stringify(v);
+        if (!last || last.sig !== sig) last = { sig, key: 'web-' + randomHex(16) };
+        try {
+          const r = await api('POST', path, v, { 'Idempotency-Key': last.key });
+          last = null;
+          return r;
+        } catch (e) {
+          if (e.status !== 0) last = null;
+          throw e;
+        }
+      };
+    };
+    // The date picked for a deposit or withdrawal: today is "now"; another day its local midnight.
+    const dated = (v) => {
+      if (v.transaction_date) {
+        if (v.transaction_date === today()) delete v.transaction_date;
+        else v.transaction_date = pickedDay(v.transaction_date);
+      }
+      return v;
+    };
+    const deposit = keyed('/deposit');
+    const withdraw = keyed('/withdraw');
+    const move = keyed('/move_balance');
+    const distribute = keyed('/distribute');
 
     onSubmit($('deposit-form'), async (v, f) => {
-      const r = await api('POST', '/deposit', v);
+      const r = await deposit(dated(v));
       clearAmounts(f);
-      setNotice('Deposited ' + money(r.amount) + ' into ' + nameOf(v.uuid) + '.');
-      await load();
+      load();
+      return 'Deposited ' + money(r.amount) + ' into ' + nameOf(v.uuid) + '.';
     });
     onSubmit($('withdraw-form'), async (v, f) => {
-      await api('POST', '/withdraw', v);
+      await withdraw(dated(v));
       clearAmounts(f);
-      setNotice('Withdrew ' + money(v.amount) + ' from ' + nameOf(v.uuid) + '.');
-      await load();
+      load();
+      return 'Withdrew ' + money(v.amount) + ' from ' + nameOf(v.uuid) + '.';
     });
     onSubmit($('move-form'), async (v, f) => {
-      const r = await api('POST', '/move_balance', v);
+      await move(v);
       clearAmounts(f);
-      setNotice(r.message + '.');
-      await load();
+      load();
+      return 'Moved ' + money(v.amount) + ' from ' + nameOf(v.from_uuid) + ' to ' + nameOf(v.to_uuid) + '.';
     });
     onSubmit($('distribute-form'), async (v, f) => {
-      const r = await api('POST', '/distribute', v);
+      const r = await distribute(v);
       clearAmounts(f);
-      setNotice('Distributed ' + money(r.amount) + ' from ' + nameOf(v.uuid) + ' to its sub-accounts.');
-      await load();
+      load();
+      return 'Distributed ' + money(r.amount) + ' from ' + nameOf(v.uuid) + ' to its sub-accounts.';
     });
     onSubmit($('add-form'), async (v, f) => {
       const body = Object.assign({ parent_uuid: state.selected }, v);
       const r = await api('POST', '/add_sub_account', body);
       f.reset();
       state.expanded.add(state.selected);
-      setNotice(r.message + '.');
-      await load();
+      load();
+      return r.message + '.';
     });
     onSubmit($('alloc-form'), async (v) => {
       const entry = state.nodes.get(state.selected);
       const r = await api('POST', '/set_child_allocation', {
         parent_uuid: entry.parent.account_uuid, child_name: entry.node.name, allocation: v.allocation || '',
       });
-      setNotice(r.message + '.');
-      await load();
+      load(true);
+      return r.message + '.';
     });
     onSubmit($('prio-form'), async (v) => {
       const r = await api('POST', '/set_priority', { uuid: state.selected, priority: v.priority || '' });
-      setNotice(r.message + '.');
-      await load();
+      load(true);
+      return r.message + '.';
     });
-    // Saves only what changed, one setter per field; stops at the first refusal and shows it.
+    // Saves only what changed, one setter per field; an empty field is left as it is (but for
+    // the due date, where empty means none). Stops at the first refusal and says what was saved.
     onSubmit($('env-form'), async (v) => {
       const n = state.nodes.get(state.selected).node;
       const uuid = n.account_uuid;
       const done = [];
       try {
         await saveEnvelope(v, n, uuid, done);
+      } catch (e) {
+        if (done.length && e instanceof ApiError) {
+          throw new ApiError('Saved ' + done.join(', ') + '; not saved: ' + e.message, e.status);
+        }
+        throw e;
       } finally {
         // Also after a refusal: the fields saved before it are real.
-        if (done.length) await load();
+        if (done.length) load(true);
       }
-      setNotice(done.length ? 'Saved ' + done.join(', ') + ' for ' + n.name + '.' : 'Nothing changed for ' + n.name + '.');
+      return done.length ? 'Saved ' + done.join(', ') + ' for ' + n.name + '.' : 'Nothing changed for ' + n.name + '.';
     });
     async function saveEnvelope(v, n, uuid, done) {
-      if ((v.fixed_amount || '') !== String(n.fixed_amount)) {
-        await api('POST', '/set_fixed_amount', { uuid, fixed_amount: v.fixed_amount || '' });
+      if (v.fixed_amount !== undefined && v.fixed_amount !== String(n.fixed_amount)) {
+        await api('POST', '/set_fixed_amount', { uuid, fixed_amount: v.fixed_amount });
         done.push('fixed amount');
       }
       const dueNow = n.due_date ? String(n.due_date).slice(0, 10) : '';
@@ -661,33 +892,34 @@
         await api('POST', '/set_due_date', v.due_date ? { uuid, due_date: v.due_date } : { uuid });
         done.push('due date');
       }
-      if ((v.account_type || '') !== n.account_type) {
-        await api('POST', '/set_account_type', { uuid, account_type: v.account_type || '' });
+      if (v.account_type !== undefined && v.account_type !== n.account_type) {
+        await api('POST', '/set_account_type', { uuid, account_type: v.account_type });
         done.push('type');
       }
       const freqNow = n.account_freq === null ? '' : String(n.account_freq);
-      if ((v.account_freq || '') !== freqNow) {
-        await api('POST', '/set_account_freq', { uuid, account_freq: v.account_freq || '' });
+      if (v.account_freq !== undefined && v.account_freq !== freqNow) {
+        await api('POST', '/set_account_freq', { uuid, account_freq: v.account_freq });
         done.push('repeat period');
       }
     }
     onSubmit($('status-form'), async (v) => {
       const r = await api('POST', '/change_account_status', { uuid: state.selected, status: v.status });
-      setNotice(r.message + '.');
-      await load();
+      load(true);
+      return r.message + '.';
     });
     onSubmit($('delete-form'), async () => {
       const entry = state.nodes.get(state.selected);
       const ok = await confirmDelete(entry);
-      if (!ok) return;
+      if (!ok) return '';
       const r = await api('DELETE', '/delete', { uuid: entry.node.account_uuid });
       if (entry.depth === 0) {
         endSession(r.message);
-        return;
+        return '';
       }
       state.selected = entry.parent.account_uuid;
-      setNotice(r.message);
-      await load();
+      setNotice('Deleted ' + entry.node.name + '.');
+      await load(true);
+      return '';
     });
 
     $('tx-filter').addEventListener('submit', (ev) => {
@@ -725,7 +957,11 @@
     $('confirm-h').textContent = 'Delete ' + entry.node.name + '?';
     $('confirm-text').textContent = deleteText(entry);
     return new Promise((resolve) => {
-      dlg.addEventListener('close', () => resolve(dlg.returnValue === 'ok'), { once: true });
+      dlg.addEventListener('close', () => {
+        resolve(dlg.returnValue === 'ok');
+        // The dialog gives the focus back to the page, not to the button that opened it.
+        $('delete-form').querySelector('button[type=submit]').focus();
+      }, { once: true });
       dlg.returnValue = 'cancel';
       dlg.showModal();
       $('confirm-cancel').focus();

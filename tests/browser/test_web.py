@@ -8,6 +8,7 @@ Walks through what a person does (issue 10, item 5): register, log in, build a t
 watch balances and envelope bars change, move and distribute money, see an API error inline,
 see a script-like account name shown as text, page through transactions, delete with a
 confirmation, use the page at phone width and by keyboard; then checks the console has no errors.
+The browser runs in Pacific/Auckland (UTC+12/+13): the page works in the person's own calendar.
 Exits non-zero on the first failure.
 """
 
@@ -30,6 +31,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 BASE = os.environ.get("PFM_URL", "http://127.0.0.1:8000").rstrip("/")
 SHOTS = os.environ.get("PFM_SHOTS", "browser-screenshots")
 XSS = "<img src=x onerror=alert(1)>"
+LONG = ("ElectricityGasWaterInternetPhoneAndEverythingElseThatComesMonthly" * 2)[:128]
 USER = "alice_web"
 PASSWORD = "correct horse 1"
 WAIT = 10
@@ -180,14 +182,39 @@ def form_error(d, form_id):
     return by_id(d, form_id).find_element(By.CSS_SELECTOR, "[data-error]").get_property("textContent")
 
 
+def form_ok(d, form_id):
+    return by_id(d, form_id).find_element(By.CSS_SELECTOR, "[data-ok]").get_property("textContent")
+
+
 def wait_notice(d, pattern, form_id=None):
+    """Waits for a success message: the form's own line, or without a form the page's notice."""
+
     def done():
-        if form_id and form_error(d, form_id):
-            fail(f"#{form_id} shows an error: {form_error(d, form_id)}")
+        if form_id:
+            if form_error(d, form_id):
+                fail(f"#{form_id} shows an error: {form_error(d, form_id)}")
+            return re.search(pattern, form_ok(d, form_id))
         n = by_id(d, "notice")
         return n.is_displayed() and re.search(pattern, n.text)
 
-    wait_for(d, done, f"notice matching {pattern!r}")
+    wait_for(d, done, f"message matching {pattern!r}")
+
+
+def focused_id(d):
+    return d.execute_script("const e = document.activeElement; return e ? (e.id || e.closest('form')?.id || e.tagName) : null")
+
+
+def tree_children(d, name):
+    """Names of the children the tree shows under `name`, in order."""
+    return d.execute_script(
+        "const li = [...document.querySelectorAll('#tree li')].find(l => l.querySelector(':scope > .node > .acc-name').textContent === arguments[0]);"
+        "return li ? [...li.querySelectorAll(':scope > ul > li > .node > .acc-name')].map(b => b.textContent) : null",
+        name,
+    )
+
+
+def local_today(d):
+    return d.execute_script("const n = new Date(); return n.getFullYear() + '-' + String(n.getMonth() + 1).padStart(2, '0') + '-' + String(n.getDate()).padStart(2, '0')")
 
 
 def add_sub(d, parent, name, allocation, fixed=None, due=None):
@@ -247,10 +274,21 @@ def run(d):
     wait_for(d, lambda: text(d, "t-balance") == "1,000.00", "total balance 1,000.00")
     check(text(d, "who-name") == USER, "user name in the header")
 
-    # ---- log out; a second registration of the same id is refused in the API's words
+    # ---- log out: nothing of the session stays in the page for the next person
     by_id(d, "logout").click()
     wait_for(d, lambda: by_id(d, "auth").is_displayed(), "signed out")
     check(d.execute_script("return sessionStorage.getItem('pfm.session')") is None, "token left in sessionStorage")
+    left = d.execute_script(
+        "return [document.getElementById('t-balance').textContent, document.querySelectorAll('#tree li').length,"
+        " document.querySelectorAll('select[data-accounts] option').length, document.getElementById('acct-name').textContent]"
+    )
+    check(left == ["-", 0, 0, ""], f"the logged-out session is still in the page: {left}")
+    # ---- a password is required, and never trimmed
+    fill(d, "reg-user", "bob_web")
+    submit(d, "register-form")
+    want = "Password is required (8 to 128 characters)."
+    wait_for(d, lambda: form_error(d, "register-form") == want, f"inline error {want!r}")
+    # ---- a second registration of the same id is refused in the API's words
     fill(d, "reg-user", USER)
     fill(d, "reg-pass", PASSWORD)
     submit(d, "register-form")
@@ -273,6 +311,9 @@ def run(d):
     add_sub(d, "Needs", "Rent", "0.7", fixed="500", due="2030-01-31")
     add_sub(d, "Needs", "Food", "0.3")
     add_sub(d, "Main", XSS, "0")
+    # A name that is a number keeps its place (the API's order decides equal priorities).
+    add_sub(d, "Main", "2027", "0")
+    check(tree_children(d, "Main") == ["Needs", "Savings", XSS, "2027"], f"Main's children: {tree_children(d, 'Main')}")
     value, label = envelope(d, "Rent")
     check(value == 0, f"Rent bar starts empty, is {value}")
     check("due 2030-01-31" in label and "0.00 of 500.00" in label, f"Rent envelope text: {label!r}")
@@ -294,8 +335,11 @@ def run(d):
     choose(d, "dep-acc", "Main")
     fill(d, "dep-amount", "1000")
     fill(d, "dep-channel", "Salary")
-    submit(d, "deposit-form")
+    # Today in the person's calendar: a deposit of today, counted in this month's income.
+    d.execute_script("arguments[0].value = arguments[1]", by_id(d, "dep-date"), local_today(d))
+    by_id(d, "deposit-form").find_element(By.CSS_SELECTOR, "button[type=submit]").send_keys(Keys.ENTER)
     wait_notice(d, r"Deposited 1,000\.00 into Main", "deposit-form")
+    check(focused_id(d) == "deposit-form", f"focus left the deposit form for {focused_id(d)}")
     wait_for(d, lambda: text(d, "t-balance") == "2,000.00", "total balance 2,000.00")
     check(text(d, "t-income") == "1,000.00", f"income this month {text(d, 't-income')}")
     wait_for(d, lambda: node_balance(d, "Rent") == "420.00", "Rent 420.00")
@@ -310,7 +354,7 @@ def run(d):
     choose(d, "mv-to", "Food")
     fill(d, "mv-amount", "100")
     submit(d, "move-form")
-    wait_notice(d, r"Moved 100 from Savings to Food", "move-form")
+    wait_notice(d, r"Moved 100\.00 from Savings to Food", "move-form")
     wait_for(d, lambda: node_balance(d, "Food") == "280.00", "Food 280.00 after move")
     check(node_balance(d, "Savings") == "300.00", "Savings 300.00 after move")
 
@@ -344,7 +388,7 @@ def run(d):
     fill(d, "env-fixed", "600")
     fill(d, "env-freq", "abc")
     submit(d, "env-form")
-    want = "account_freq must be a positive number"
+    want = "Saved fixed amount; not saved: account_freq must be a positive number"
     wait_for(d, lambda: form_error(d, "env-form") == want, f"inline error {want!r}")
     wait_for(d, lambda: envelope(d, "Rent")[0] == 83, "Rent 83% funded after the target grew")
     check("500.00 of 600.00" in envelope(d, "Rent")[1], envelope(d, "Rent")[1])
@@ -357,6 +401,10 @@ def run(d):
     # ---- change allocation and status
     select_account(d, "Savings")
     fill(d, "al-value", "0.3")
+    # A reload meanwhile (Refresh, or another form's action) keeps what was typed.
+    by_id(d, "refresh").click()
+    time.sleep(0.5)
+    check(by_id(d, "al-value").get_property("value") == "0.3", "a reload undid the typed allocation")
     submit(d, "alloc-form")
     wait_notice(d, r"Allocation for Savings updated to 0\.3", "alloc-form")
     wait_for(d, lambda: "alloc 30%" in node(d, "Savings")["row"], "Savings allocation 30%")
@@ -385,10 +433,26 @@ def run(d):
     wait_for(d, lambda: "No transactions in these dates." in by_id(d, "tx-table").text, "empty filtered list")
     by_id(d, "tx-clear").click()
     wait_for(d, lambda: "(15 transactions)" in text(d, "tx-page"), "filter cleared")
+    # Today, in the person's calendar, holds all of them.
+    for field in ("tx-from", "tx-to"):
+        d.execute_script("arguments[0].value = arguments[1]", by_id(d, field), local_today(d))
+    by_id(d, "tx-filter").find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(d, lambda: "(15 transactions)" in text(d, "tx-page"), "today's transactions")
+    by_id(d, "tx-clear").click()
+    # A back-dated record sorts by its date: last, on the last page.
+    api(d, "POST", "/deposit", {"uuid": main_uuid, "amount": "2", "channel": "old", "transaction_date": "2020-01-02T00:00:00Z"})
+    by_id(d, "refresh").click()
+    wait_for(d, lambda: "(15 transactions)" not in text(d, "tx-page"), "the back-dated deposit listed")
+    rows = d.find_elements(By.CSS_SELECTOR, "#tx-table tbody tr")
+    check(rows[0].find_elements(By.TAG_NAME, "td")[4].text != "old", "the back-dated record is first")
+    while not by_id(d, "tx-next").get_property("disabled"):
+        by_id(d, "tx-next").click()
+    last = d.find_elements(By.CSS_SELECTOR, "#tx-table tbody tr")[-1].find_elements(By.TAG_NAME, "td")
+    check(last[0].text.startswith("2020-01-02") and last[4].text == "old", f"last row: {[c.text for c in last]}")
 
     # ---- the chart is drawn with this month's income
     wait_for(d, lambda: d.find_elements(By.CSS_SELECTOR, "#chart canvas"), "chart canvas")
-    wait_for(d, lambda: "income 1,006.00" in text(d, "chart-sum"), "chart sums")
+    wait_for(d, lambda: "income 1,006.00" in text(d, "chart-sum"), "chart sums")  # 2020's is outside
     Select(by_id(d, "chart-range")).select_by_value("365")
     wait_for(d, lambda: "per month" in text(d, "chart-sum"), "monthly chart")
 
@@ -404,10 +468,11 @@ def run(d):
     by_id(d, "confirm-cancel").click()
     time.sleep(0.3)
     check(node(d, "Food") is not None, "Cancel deleted the account")
+    check(focused_id(d) == "delete-form", f"focus after Cancel is on {focused_id(d)}")
     submit(d, "delete-form")
     wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation dialog again")
     by_id(d, "confirm-ok").click()
-    wait_notice(d, r"deleted successfully", "delete-form")
+    wait_notice(d, r"Deleted Food\.")
     wait_for(d, lambda: node(d, "Food") is None, "Food gone")
     want_needs = needs_before + float(food.replace(",", ""))
     check(float(node_balance(d, "Needs").replace(",", "")) == want_needs, "Food's money went back to Needs")
@@ -422,11 +487,17 @@ def run(d):
     press(d, "Rent", ".acc-name", Keys.ENTER)
     wait_for(d, lambda: text(d, "acct-name") == "Rent", "Rent selected by keyboard")
 
-    # ---- phone width: nothing wider than the screen
+    # ---- phone width: nothing wider than the screen, a long one-word name included
+    add_sub(d, "Main", LONG, "0")
+    select_account(d, LONG)
     d.set_window_size(390, 844)
     time.sleep(0.4)
     overflow = d.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
-    check(overflow <= 0, f"page is {overflow}px wider than a phone screen")
+    wide = d.execute_script(
+        "return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > window.innerWidth + 1"
+        ").slice(0, 12).map(e => e.tagName + '#' + e.id + '.' + e.className)"
+    )
+    check(overflow <= 0, f"page is {overflow}px wider than a phone screen: {wide}")
     d.execute_script("window.scrollTo(0, document.getElementById('tree').offsetTop - 120)")
     d.save_screenshot(os.path.join(SHOTS, "phone-screen.png"))
     shot(d, "phone")
@@ -495,6 +566,8 @@ def main():
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     service = Service(executable_path=os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver"))
     d = webdriver.Chrome(options=opts, service=service)
+    # Far from UTC, where a page working in UTC dates shows the wrong day and month.
+    d.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Pacific/Auckland"})
     try:
         run(d)
     except Exception:
