@@ -400,7 +400,11 @@
     const label = el('span', money(balance) + ' of ' + money(target) + ' (' + Math.round(funded * 100) + '% funded)');
     label.className = 'env-text';
     wrap.append(bar, label);
-    if (node.due_date) wrap.append(el('span', 'due ' + node.due_date, 'due'));
+    if (node.due_date) {
+      wrap.append(el('span', 'due ' + node.due_date, 'due'));
+      // Past its due date and still short: the "due within 30 days" total no longer counts it.
+      if (String(node.due_date).slice(0, 10) < today() && need > 0) wrap.append(el('span', 'overdue', 'overdue'));
+    }
     return wrap;
   }
 

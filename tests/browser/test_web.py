@@ -314,6 +314,10 @@ def run(d):
     # A name that is a number keeps its place (the API's order decides equal priorities).
     add_sub(d, "Main", "2027", "0")
     check(tree_children(d, "Main") == ["Needs", "Savings", XSS, "2027"], f"Main's children: {tree_children(d, 'Main')}")
+    # An envelope past its due date and still short says so.
+    add_sub(d, "Needs", "Old bill", "0", fixed="50", due="2020-01-31")
+    check("overdue" in envelope(d, "Old bill")[1], f"Old bill: {envelope(d, 'Old bill')[1]!r}")
+    check("overdue" not in envelope(d, "Rent")[1], "Rent, due in 2030, is marked overdue")
     value, label = envelope(d, "Rent")
     check(value == 0, f"Rent bar starts empty, is {value}")
     check("due 2030-01-31" in label and "0.00 of 500.00" in label, f"Rent envelope text: {label!r}")
