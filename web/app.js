@@ -44,7 +44,8 @@
       opts.headers['Content-Type'] = 'application/json';
       opts.body = JSON.stringify(params || {});
     }
-    if (state.token) opts.headers.Authorization = 'Bearer ' + state.token;
+    const token = state.token;
+    if (token) opts.headers.Authorization = 'Bearer ' + token;
     let res;
     try {
       res = await fetch(url, opts);
@@ -61,7 +62,9 @@
     }
     if (!res.ok || !body || body.success === false) {
       const msg = body && typeof body.error === 'string' ? body.error : 'Request failed (HTTP ' + res.status + ')';
-      if (res.status === 401 && state.token) {
+      // Only the session that sent the request ends: an answer for the previous person's
+      // request must not log out the next one.
+      if (res.status === 401 && token && token === state.token) {
         endSession('Your session has ended. Please log in again.');
       }
       throw new ApiError(msg, res.status);
@@ -169,13 +172,14 @@
   function today() {
     return localDay(new Date());
   }
-  // Local midnight of `d` as the API reads it: `YYYY-MM-DDT00:00:00+HH:MM`.
+  // The first local instant of `d`'s day as the API reads it, `YYYY-MM-DDTHH:MM:00+HH:MM`:
+  // midnight, or 01:00 where a daylight-saving change skips midnight (Santiago, Beirut).
   function midnight(d) {
     const m = new Date(d.getFullYear(), d.getMonth(), d.getDate());
     const off = -m.getTimezoneOffset();
     const sign = off < 0 ? '-' : '+';
     const a = Math.abs(off);
-    return localDay(m) + 'T00:00:00' + sign + pad(Math.floor(a / 60)) + ':' + pad(a % 60);
+    return localDay(m) + 'T' + pad(m.getHours()) + ':' + pad(m.getMinutes()) + ':00' + sign + pad(Math.floor(a / 60)) + ':' + pad(a % 60);
   }
   // A `YYYY-MM-DD` picked in a date input, as local midnight.
   function pickedDay(v) {
@@ -217,6 +221,8 @@
     state.user = user;
     saveSession();
     showApp();
+    // The log-in form just went away with the focus on it.
+    $('totals-h').focus();
     load();
   }
 
@@ -227,6 +233,7 @@
     sessionStorage.removeItem(SESSION_KEY);
     showAuth();
     setNotice(message || '');
+    $('login-user').focus();
   }
 
   // Empties everything a session showed or was typed into, so the next person on this tab sees
@@ -298,14 +305,17 @@
       const values = {};
       for (const f of form.elements) {
         if (!f.name || f.disabled || f.closest('[hidden]')) continue;
-        const v = f.type === 'password' ? f.value : f.value.trim();
+        let v = f.type === 'password' ? f.value : f.value.trim();
+        // A number typed as the page shows them, `1,234.50`: its commas only group digits.
+        if (f.inputMode === 'decimal' && /^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$/.test(v)) v = v.replace(/,/g, '');
         if (v !== '') values[f.name] = v;
       }
       busy = true;
       button.setAttribute('aria-disabled', 'true');
       const gen = state.gen;
       try {
-        const message = await action(values, form);
+        // `alive()`: still the session the action started in (else leave the page alone).
+        const message = await action(values, form, () => gen === state.gen);
         if (message && gen === state.gen) okEl.textContent = message;
       } catch (e) {
         if (e instanceof ApiError) {
@@ -456,9 +466,18 @@
     return li;
   }
 
+  // Redraws the tree; the keyboard focus, if it was on a button of it, goes back to the same
+  // button of the same account (a reload after an action must not drop it to the page).
   function renderTree() {
     const ul = $('tree');
+    const had = ul.contains(document.activeElement) ? document.activeElement : null;
+    const uuid = had && had.closest('li') ? had.closest('li').dataset.uuid : null;
+    const part = had && had.classList.contains('toggle') ? '.toggle' : '.acc-name';
     ul.replaceChildren(treeItem(state.tree, 0));
+    if (uuid) {
+      const b = ul.querySelector('li[data-uuid="' + CSS.escape(uuid) + '"] > .node > ' + part);
+      if (b) b.focus();
+    }
   }
 
   function focusToggle(uuid) {
@@ -609,6 +628,9 @@
       const list = (r.transactions || []).map((t, i) => ({ t, i, local: localTime(t.Date) }));
       list.sort((a, b) => (a.t.Date < b.t.Date ? 1 : a.t.Date > b.t.Date ? -1 : b.i - a.i));
       state.tx.all = list;
+      // The same account again (a reload after an action) stays on its page.
+      if (state.tx.uuid !== uuid) state.tx.page = 0;
+      state.tx.uuid = uuid;
     } catch (e) {
       if (uuid !== state.selected || gen !== state.gen) return;
       body.replaceChildren();
@@ -619,7 +641,6 @@
       body.append(tr);
       return;
     }
-    state.tx.page = 0;
     filterTransactions();
   }
 
@@ -677,11 +698,13 @@
     const start = monthly
       ? new Date(now.getFullYear(), now.getMonth() - 11, 1)
       : new Date(now.getFullYear(), now.getMonth(), now.getDate() - (days - 1));
+    // The API's series is by UTC day: the range starts on the UTC day named like the local
+    // one (a 12-month chart has 12 months), and the axis is drawn in UTC to match.
     $('chart-error').textContent = '';
     let r;
     try {
       r = await api('GET', '/get_minimal_tree', {
-        uuid, start_date: midnight(start), end_date: nowIso(), ts_data: 'true', transactions: 'false',
+        uuid, start_date: localDay(start), end_date: nowIso(), ts_data: 'true', transactions: 'false',
       });
     } catch (e) {
       if (uuid === state.selected && gen === state.gen) $('chart-error').textContent = e.message;
@@ -709,7 +732,7 @@
       ts += b.spending;
       ta += b.allocated;
     }
-    $('chart-sum').textContent = 'In this period: income ' + money(ti) + ', spending ' + money(ts) + ', allocated ' + money(ta) + (monthly ? ' (one point per month).' : ' (one point per day).');
+    $('chart-sum').textContent = 'In this period: income ' + money(ti) + ', spending ' + money(ts) + ', allocated ' + money(ta) + (monthly ? ' (one point per month' : ' (one point per day') + ', days in UTC).';
     drawChart([xs, inc, spd, alc], monthly);
   }
 
@@ -734,6 +757,7 @@
       points: { show: !monthly },
     });
     const opts = {
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'),
       width: chartWidth(),
       height: 260,
       // Pad the time axis by half a month so the first and last monthly bars are whole.
@@ -803,7 +827,12 @@
           last = null;
           return r;
         } catch (e) {
-          if (e.status !== 0) last = null;
+          // A refusal (4xx) changed nothing: a new attempt is a new request. No answer, a 5xx
+          // (a gateway's timeout among them) or "still running" (409) may hide a write that
+          // was made: the same key again replays it instead of making it twice.
+          const unknown = e.status === 0 || e.status >= 500 || e.status === 409;
+          if (!unknown) last = null;
+          else if (e.status !== 0) e.message += ' It may have been made: send it again unchanged to be sure, it is never made twice.';
           throw e;
         }
       };
@@ -821,54 +850,61 @@
     const move = keyed('/move_balance');
     const distribute = keyed('/distribute');
 
-    onSubmit($('deposit-form'), async (v, f) => {
+    onSubmit($('deposit-form'), async (v, f, alive) => {
       const r = await deposit(dated(v));
+      if (!alive()) return '';
       clearAmounts(f);
       load();
       return 'Deposited ' + money(r.amount) + ' into ' + nameOf(v.uuid) + '.';
     });
-    onSubmit($('withdraw-form'), async (v, f) => {
+    onSubmit($('withdraw-form'), async (v, f, alive) => {
       await withdraw(dated(v));
+      if (!alive()) return '';
       clearAmounts(f);
       load();
       return 'Withdrew ' + money(v.amount) + ' from ' + nameOf(v.uuid) + '.';
     });
-    onSubmit($('move-form'), async (v, f) => {
+    onSubmit($('move-form'), async (v, f, alive) => {
       await move(v);
+      if (!alive()) return '';
       clearAmounts(f);
       load();
       return 'Moved ' + money(v.amount) + ' from ' + nameOf(v.from_uuid) + ' to ' + nameOf(v.to_uuid) + '.';
     });
-    onSubmit($('distribute-form'), async (v, f) => {
+    onSubmit($('distribute-form'), async (v, f, alive) => {
       const r = await distribute(v);
+      if (!alive()) return '';
       clearAmounts(f);
       load();
       return 'Distributed ' + money(r.amount) + ' from ' + nameOf(v.uuid) + ' to its sub-accounts.';
     });
-    onSubmit($('add-form'), async (v, f) => {
+    onSubmit($('add-form'), async (v, f, alive) => {
       const body = Object.assign({ parent_uuid: state.selected }, v);
       const r = await api('POST', '/add_sub_account', body);
+      if (!alive()) return '';
       f.reset();
       state.expanded.add(state.selected);
       load();
       return r.message + '.';
     });
-    onSubmit($('alloc-form'), async (v) => {
+    onSubmit($('alloc-form'), async (v, f, alive) => {
       const entry = state.nodes.get(state.selected);
       const r = await api('POST', '/set_child_allocation', {
         parent_uuid: entry.parent.account_uuid, child_name: entry.node.name, allocation: v.allocation || '',
       });
+      if (!alive()) return '';
       load(true);
       return r.message + '.';
     });
-    onSubmit($('prio-form'), async (v) => {
+    onSubmit($('prio-form'), async (v, f, alive) => {
       const r = await api('POST', '/set_priority', { uuid: state.selected, priority: v.priority || '' });
+      if (!alive()) return '';
       load(true);
       return r.message + '.';
     });
     // Saves only what changed, one setter per field; an empty field is left as it is (but for
     // the due date, where empty means none). Stops at the first refusal and says what was saved.
-    onSubmit($('env-form'), async (v) => {
+    onSubmit($('env-form'), async (v, f, alive) => {
       const n = state.nodes.get(state.selected).node;
       const uuid = n.account_uuid;
       const done = [];
@@ -881,12 +917,12 @@
         throw e;
       } finally {
         // Also after a refusal: the fields saved before it are real.
-        if (done.length) load(true);
+        if (done.length && alive()) load(true);
       }
       return done.length ? 'Saved ' + done.join(', ') + ' for ' + n.name + '.' : 'Nothing changed for ' + n.name + '.';
     });
     async function saveEnvelope(v, n, uuid, done) {
-      if (v.fixed_amount !== undefined && v.fixed_amount !== String(n.fixed_amount)) {
+      if (v.fixed_amount !== undefined && Number(v.fixed_amount) !== Number(n.fixed_amount)) {
         await api('POST', '/set_fixed_amount', { uuid, fixed_amount: v.fixed_amount });
         done.push('fixed amount');
       }
@@ -901,17 +937,18 @@
         done.push('type');
       }
       const freqNow = n.account_freq === null ? '' : String(n.account_freq);
-      if (v.account_freq !== undefined && v.account_freq !== freqNow) {
+      if (v.account_freq !== undefined && !(freqNow !== '' && Number(v.account_freq) === Number(freqNow))) {
         await api('POST', '/set_account_freq', { uuid, account_freq: v.account_freq });
         done.push('repeat period');
       }
     }
-    onSubmit($('status-form'), async (v) => {
+    onSubmit($('status-form'), async (v, f, alive) => {
       const r = await api('POST', '/change_account_status', { uuid: state.selected, status: v.status });
+      if (!alive()) return '';
       load(true);
       return r.message + '.';
     });
-    onSubmit($('delete-form'), async () => {
+    onSubmit($('delete-form'), async (v, f, alive) => {
       const entry = state.nodes.get(state.selected);
       const ok = await confirmDelete(entry);
       if (!ok) return '';
@@ -920,10 +957,11 @@
         endSession(r.message);
         return '';
       }
+      if (!alive()) return '';
       state.selected = entry.parent.account_uuid;
-      setNotice('Deleted ' + entry.node.name + '.');
       await load(true);
-      return '';
+      // Under the form (now the parent's), where the person is looking.
+      return 'Deleted ' + entry.node.name + '; its money went to ' + entry.parent.name + '.';
     });
 
     $('tx-filter').addEventListener('submit', (ev) => {

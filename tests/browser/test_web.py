@@ -299,6 +299,7 @@ def run(d):
     fill(d, "login-user", USER)
     by_id(d, "login-pass").send_keys(PASSWORD + Keys.ENTER)
     wait_for(d, lambda: by_id(d, "app").is_displayed(), "signed in again")
+    check(focused_id(d) == "totals-h", f"focus after log in is on {focused_id(d)}")
     wait_for(d, lambda: text(d, "t-balance") == "1,000.00", "totals after log in")
     check("eyJ" not in d.current_url and "token" not in d.current_url, "token in the page URL")
     # ---- a reload keeps the session (sessionStorage), without asking again
@@ -337,7 +338,7 @@ def run(d):
     # ---- deposit into Main: balances and the envelope bar change
     select_account(d, "Main")
     choose(d, "dep-acc", "Main")
-    fill(d, "dep-amount", "1000")
+    fill(d, "dep-amount", "1,000.00")  # as the page shows amounts
     fill(d, "dep-channel", "Salary")
     # Today in the person's calendar: a deposit of today, counted in this month's income.
     d.execute_script("arguments[0].value = arguments[1]", by_id(d, "dep-date"), local_today(d))
@@ -476,7 +477,7 @@ def run(d):
     submit(d, "delete-form")
     wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation dialog again")
     by_id(d, "confirm-ok").click()
-    wait_notice(d, r"Deleted Food\.")
+    wait_notice(d, r"Deleted Food; its money went to Needs\.", "delete-form")
     wait_for(d, lambda: node(d, "Food") is None, "Food gone")
     want_needs = needs_before + float(food.replace(",", ""))
     check(float(node_balance(d, "Needs").replace(",", "")) == want_needs, "Food's money went back to Needs")
@@ -510,6 +511,32 @@ def run(d):
     token = json.loads(d.execute_script("return sessionStorage.getItem('pfm.session')"))["token"]
     urls = d.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     check(urls and all(token not in u and "token=" not in u for u in urls), "a token appeared in a URL")
+
+    # ---- the previous person's action, answered after they logged out, leaves the next alone
+    req = urllib.request.Request(
+        BASE + "/register", method="POST", data=json.dumps({"user_id": "bob_web", "password": PASSWORD}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(req, timeout=10).read()
+    slow = {"offline": False, "latency": 1200, "downloadThroughput": -1, "uploadThroughput": -1}
+    d.execute_cdp_cmd("Network.enable", {})
+    d.execute_cdp_cmd("Network.emulateNetworkConditions", slow)
+    choose(d, "dep-acc", "Main")
+    fill(d, "dep-amount", "1")
+    submit(d, "deposit-form")
+    by_id(d, "logout").click()
+    fill(d, "login-user", "bob_web")
+    by_id(d, "login-pass").send_keys(PASSWORD + Keys.ENTER)
+    wait_for(d, lambda: by_id(d, "app").is_displayed() and text(d, "who-name") == "bob_web", "the next person signed in")
+    fill(d, "dep-amount", "7")
+    time.sleep(4)
+    check(by_id(d, "app").is_displayed(), f"the next person was signed out: {text(d, 'notice')!r}")
+    check(by_id(d, "dep-amount").get_property("value") == "7", "the next person's typing was wiped")
+    d.execute_cdp_cmd("Network.emulateNetworkConditions", dict(slow, latency=0))
+    by_id(d, "logout").click()
+    fill(d, "login-user", USER)
+    by_id(d, "login-pass").send_keys(PASSWORD + Keys.ENTER)
+    wait_for(d, lambda: by_id(d, "app").is_displayed() and text(d, "who-name") == USER, "signed in as the first person")
 
     # ---- deleting Main deletes the user, and the page says so
     d.set_window_size(1280, 900)
