@@ -16,6 +16,7 @@
     selected: null, // uuid
     expanded: new Set(),
     tx: { all: [], shown: [], page: 0 },
+    txPages: new Map(), // uuid -> the account's log, as the API's pages (see fetchLog)
     chart: null,
     loadSeq: 0,
     // Moves whenever a session starts or ends: an answer that arrives for an older session is
@@ -247,6 +248,7 @@
     state.selected = null;
     state.expanded = new Set();
     state.tx = { all: [], shown: [], page: 0 };
+    state.txPages = new Map();
     if (state.chart) {
       state.chart.destroy();
       state.chart = null;
@@ -617,15 +619,44 @@
 
   // ---------------------------------------------------------------- transactions
 
+  // An account's log as pages of the API (`limit`/`cursor`, in recording order), kept while
+  // the session lasts: a reload asks again only from the last page on, so an action costs the
+  // records written since (and at most one page already seen), not the whole history.
+  const TX_API_PAGE = 1000;
+  async function fetchLog(uuid) {
+    const cache = state.txPages.get(uuid) || [];
+    let from = Math.max(cache.length - 1, 0);
+    for (let tries = 0; ; tries++) {
+      const pages = cache.slice(0, from);
+      let cursor = from > 0 ? cache[from].cursor : null;
+      try {
+        for (;;) {
+          const q = { uuid, limit: TX_API_PAGE };
+          if (cursor) q.cursor = cursor;
+          const r = await api('GET', '/get_transactions', q);
+          pages.push({ cursor, records: r.transactions || [] });
+          if (!r.next_cursor) break;
+          cursor = r.next_cursor;
+        }
+        state.txPages.set(uuid, pages);
+        return pages.flatMap((p) => p.records);
+      } catch (e) {
+        // A cursor the server no longer knows (the account was replaced): read it all again.
+        if (e.status !== 400 || from === 0 || tries > 0) throw e;
+        from = 0;
+      }
+    }
+  }
+
   async function loadTransactions() {
     const uuid = state.selected;
     const gen = state.gen;
     const body = $('tx-table').tBodies[0];
     try {
-      const r = await api('GET', '/get_transactions', { uuid });
+      const records = await fetchLog(uuid);
       if (uuid !== state.selected || gen !== state.gen) return;
       // Newest first by date (a back-dated record sorts by its date), then latest recorded.
-      const list = (r.transactions || []).map((t, i) => ({ t, i, local: localTime(t.Date) }));
+      const list = records.map((t, i) => ({ t, i, local: localTime(t.Date) }));
       list.sort((a, b) => (a.t.Date < b.t.Date ? 1 : a.t.Date > b.t.Date ? -1 : b.i - a.i));
       state.tx.all = list;
       // The same account again (a reload after an action) stays on its page.
