@@ -93,12 +93,7 @@
         const o = {};
         const keys = [];
         Object.defineProperty(o, ORDER, { value: keys });
-        ws();
-        if (text[i] === '}') {
-          i++;
-          return o;
-        }
-        for (;;) {
+        items('}', () => {
           ws();
           if (text[i] !== '"') fail();
           const k = str();
@@ -107,37 +102,35 @@
           const v = value();
           if (!Object.prototype.hasOwnProperty.call(o, k)) keys.push(k);
           Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
-          ws();
-          if (text[i] === ',') i++;
-          else if (text[i] === '}') {
-            i++;
-            return o;
-          } else fail();
-        }
+        });
+        return o;
       }
       if (c === '[') {
         i++;
         const a = [];
-        ws();
-        if (text[i] === ']') {
-          i++;
-          return a;
-        }
-        for (;;) {
-          a.push(value());
-          ws();
-          if (text[i] === ',') i++;
-          else if (text[i] === ']') {
-            i++;
-            return a;
-          } else fail();
-        }
+        items(']', () => a.push(value()));
+        return a;
       }
       if (c === '"') return str();
       const m = /^(?:true|false|null|-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?)/.exec(text.slice(i, i + 64));
       if (!m) fail();
       i += m[0].length;
       return JSON.parse(m[0]);
+    }
+    // Reads `each` item, comma-separated, through the closing `close` (the opening is read).
+    function items(close, each) {
+      ws();
+      if (text[i] === close) {
+        i++;
+        return;
+      }
+      for (;;) {
+        each();
+        ws();
+        if (text[i] === ',') i++;
+        else if (text[i++] === close) return;
+        else fail();
+      }
     }
     function str() {
       // From the opening quote to the closing one, escapes included; JSON.parse decodes it.
