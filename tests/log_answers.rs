@@ -11,6 +11,33 @@ use std::sync::Arc;
 use common::proc;
 use common::store::HookedServer;
 use serde_json::json;
+use tracing_subscriber::layer::SubscriberExt;
+
+/// Every log event of this test process, as `field=value` text: the servers run in-process.
+fn captured() -> &'static std::sync::Mutex<Vec<String>> {
+    static LINES: std::sync::OnceLock<std::sync::Mutex<Vec<String>>> = std::sync::OnceLock::new();
+    LINES.get_or_init(|| {
+        struct Capture;
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={:?} ", f.name(), v));
+            }
+            fn record_str(&mut self, f: &tracing::field::Field, v: &str) {
+                self.0.push_str(&format!("{}={} ", f.name(), v));
+            }
+        }
+        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
+            fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+                let mut f = Fields(String::new());
+                e.record(&mut f);
+                captured().lock().unwrap().push(f.0);
+            }
+        }
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Capture));
+        std::sync::Mutex::new(Vec::new())
+    })
+}
 
 #[test]
 fn a_log_cut_short_under_its_answer_runs_the_request_again_then_fails_cleanly() {
@@ -52,9 +79,18 @@ fn a_log_cut_short_under_its_answer_runs_the_request_again_then_fails_cleanly() 
         short.store(1, Ordering::SeqCst);
         let tree_again = send("GET", "/get_minimal_tree", "");
         assert_eq!(tree_again.ok().json["minimal_tree"], tree.ok().json["minimal_tree"]);
-        // Cut every time: an internal error, not a wrong answer.
+        // Cut every time: an internal error, not a wrong answer, logged with its request id.
+        captured();
         short.store(100, Ordering::SeqCst);
-        send("GET", &txs, "").fails(500, "Transaction retrieval failed: internal error");
+        let rid = format!("cut-{stream_min_records}");
+        proc::send(addr, "GET", &txs, Some(&tok), &[("X-Request-Id", &rid)], "")
+            .unwrap()
+            .fails(500, "Transaction retrieval failed: internal error");
+        let logged = captured().lock().unwrap().clone();
+        assert!(
+            logged.iter().any(|l| l.contains("handler failed") && l.contains(&format!("request_id={rid} "))),
+            "{logged:?}"
+        );
         short.store(0, Ordering::SeqCst);
         assert_eq!(send("GET", &txs, "").text.len(), whole.text.len());
         drop(srv);

@@ -89,9 +89,15 @@ pub async fn fill(app: &App, plan: &LogPlan, obj: Obj) -> Result<Obj, LogError> 
 /// the client reads them. The first chunk, which holds the first page read, comes back before
 /// anything is sent, so a failure to read at all is still an error answer. A failure after it
 /// ends the stream with an error, which cuts the answer (no final chunk): the client sees a cut
-/// answer, never a well-formed wrong one.
-pub async fn stream(app: Arc<App>, plan: LogPlan, body: String) -> Result<(Bytes, Chunks), LogError> {
+/// answer, never a well-formed wrong one; `request_id` names the request in that failure's log.
+pub async fn stream(
+    app: Arc<App>,
+    plan: LogPlan,
+    body: String,
+    request_id: &str,
+) -> Result<(Bytes, Chunks), LogError> {
     let (tx, mut rx) = mpsc::channel(CHUNKS_AHEAD);
+    let request_id = request_id.to_string();
     tokio::spawn(async move {
         let mut out = String::with_capacity(CHUNK + CHUNK / 2);
         let work = AssertUnwindSafe(Box::pin(produce(&app, &plan, &body, &mut out, Some(&tx))));
@@ -106,7 +112,7 @@ pub async fn stream(app: Arc<App>, plan: LogPlan, body: String) -> Result<(Bytes
             Ok(Err(Produce::Failed(e))) => std::io::Error::other(format!("{e:?}")),
             Err(()) => std::io::Error::other("filling in logs panicked"),
         };
-        tracing::warn!(cause = %failure, "a streamed answer failed");
+        tracing::warn!(cause = %failure, request_id, "a streamed answer failed");
         let _ = tx.send(Err(failure)).await;
     });
     match rx.recv().await {

@@ -75,6 +75,8 @@ pub struct Reply {
     /// Set instead of `body` for an answer written while it is sent (see `api::logs`): its
     /// first chunk and the rest as they come.
     pub chunks: Option<(Bytes, Chunks)>,
+    /// Why an answer is a 500: logged by the server beside the request's id, never sent.
+    pub cause: Option<String>,
 }
 
 /// An answer's body: whole, with a Content-Length (nearly every answer), or chunks.
@@ -117,7 +119,7 @@ impl hyper::body::Body for Body {
 
 impl Reply {
     pub fn json(status: u16, body: String) -> Reply {
-        Reply { status, body, headers: Vec::new(), chunks: None }
+        Reply { status, body, headers: Vec::new(), chunks: None, cause: None }
     }
 
     /// `{"success":false,"status":N,"error":"..."}`
@@ -156,6 +158,7 @@ impl Reply {
 /// Wraps endpoint fields (or an error) in the envelope with timing.
 pub fn envelope(result: Result<Obj, ApiError>, prefix: &str, start_us: i64, end_us: i64) -> Reply {
     let mut body = String::with_capacity(256);
+    let mut cause = None;
     let (status, fields) = match result {
         Ok(fields) => {
             body.push_str("{\"success\":true,\"status\":200");
@@ -172,8 +175,8 @@ pub fn envelope(result: Result<Obj, ApiError>, prefix: &str, start_us: i64, end_
             escape_into(&mut body, &msg);
             (status, extra)
         }
-        Err(ApiError::Internal(cause)) => {
-            tracing::error!(%cause, prefix, "handler failed");
+        Err(ApiError::Internal(why)) => {
+            cause = Some(format!("{prefix}: {why}"));
             body.push_str("{\"success\":false,\"status\":500,\"error\":");
             escape_into(&mut body, &format!("{prefix}: internal error"));
             (500, None)
@@ -193,7 +196,7 @@ pub fn envelope(result: Result<Obj, ApiError>, prefix: &str, start_us: i64, end_
     body.push_str("\",\"execution_time\":");
     push_scaled(&mut body, i128::from(exec_us), 6);
     body.push('}');
-    Reply::json(status, body)
+    Reply { cause, ..Reply::json(status, body) }
 }
 
 #[cfg(test)]
@@ -208,6 +211,7 @@ mod tests {
             .body
             .starts_with(r#"{"success":false,"status":500,"error":"Deposit failed: internal error","#));
         assert!(!r.body.contains("disk on fire"));
+        assert_eq!(r.cause.as_deref(), Some("Deposit failed: disk on fire"));
         assert!(r.body.ends_with(r#""execution_time":0.0015}"#));
     }
 

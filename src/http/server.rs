@@ -95,7 +95,7 @@ async fn handle(
                 }
                 // Boxed: this future is moved whole a few times per request (into hyper's slot
                 // among them), and dispatch's state is most of its size.
-                let mut r = Box::pin(dispatch(&app, req, passed.who, start_us)).await;
+                let mut r = Box::pin(dispatch(&app, req, passed.who, start_us, &rid)).await;
                 r.headers.extend(filter::ratelimit_headers(&passed.quota));
                 r
             }
@@ -105,6 +105,9 @@ async fn handle(
     let api_route = ROUTES.get(route).is_some_and(|r| !matches!(r.ep, Ep::Ops(_)));
     if app.cfg.response_style == ResponseStyle::Reference && api_route && !reply.body.is_empty() {
         reply.body = reference_style(&reply.body);
+    }
+    if let Some(cause) = reply.cause.take() {
+        tracing::error!(%cause, request_id = rid.to_str().unwrap_or("-"), "handler failed");
     }
     let elapsed = started.elapsed();
     metrics::request_observed(route, reply.status, elapsed);
@@ -249,7 +252,13 @@ async fn read_body(mut body: Incoming) -> Result<Bytes, BodyFail> {
     Ok(if joined.is_empty() { first.unwrap_or_default() } else { Bytes::from(joined) })
 }
 
-async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: i64) -> Reply {
+async fn dispatch(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    pass: Pass,
+    start_us: i64,
+    rid: &HeaderValue,
+) -> Reply {
     if let Some(asset) = assets::find(req.method(), req.uri().path()) {
         let reply = assets::reply(asset, req.headers());
         return drain(app, req.into_body(), reply).await;
@@ -335,7 +344,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: 
             };
             let rq =
                 Rq { params, ident, now_us: start_us, has_auth, idem: idem.take(), logs: Default::default() };
-            let res = match run(app, r.ep, r.prefix, &rq, start_us).await {
+            let res = match run(app, r.ep, r.prefix, &rq, start_us, rid).await {
                 Ok(res) => res,
                 Err(streamed) => return streamed,
             };
@@ -355,13 +364,14 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>, pass: Pass, start_us: 
 /// `STREAM_MIN_RECORDS` records in the plain style as a stream, whose reply, finished, comes
 /// back as `Err` (the reference style reshapes a finished body, so it is never streamed). A log
 /// deleted under the answer before any of it was sent runs the handler once more, on the state
-/// after the deletion.
+/// after the deletion. `rid`: the request's id, for a stream's failure, logged after the answer.
 async fn run(
     app: &Arc<App>,
     ep: Ep,
     prefix: &str,
     rq: &Rq,
     start_us: i64,
+    rid: &HeaderValue,
 ) -> Result<Result<Obj, ApiError>, Reply> {
     let mut stale = 0;
     loop {
@@ -379,7 +389,7 @@ async fn run(
         {
             let mut reply = envelope(Ok(obj), prefix, start_us, app.clock.now_micros());
             let skeleton = std::mem::take(&mut reply.body);
-            match api::logs::stream(app.clone(), plan, skeleton).await {
+            match api::logs::stream(app.clone(), plan, skeleton, rid.to_str().unwrap_or("-")).await {
                 Ok(chunks) => {
                     reply.chunks = Some(chunks);
                     return Err(reply);
