@@ -19,6 +19,8 @@
     txPages: new Map(), // uuid -> the account's log, as the API's pages (see fetchLog)
     chart: null,
     loadSeq: 0,
+    txSeq: 0,
+    chartSeq: 0,
     // Moves whenever a session starts or ends: an answer that arrives for an older session is
     // dropped, never shown to the next person on this tab.
     gen: 0,
@@ -27,9 +29,12 @@
   // ---------------------------------------------------------------- API
 
   class ApiError extends Error {
-    constructor(message, status) {
+    // `uncertain`: no answer of the API's came back (no answer at all, a 5xx, an answer that
+    // is not its JSON, "still running"), so a write may have been made.
+    constructor(message, status, uncertain) {
       super(message);
       this.status = status;
+      this.uncertain = Boolean(uncertain);
     }
   }
 
@@ -51,7 +56,7 @@
     try {
       res = await fetch(url, opts);
     } catch (e) {
-      throw new ApiError('Cannot reach the server. Check your connection and try again.', 0);
+      throw new ApiError('Cannot reach the server. Check your connection and try again.', 0, true);
     }
     let body = null;
     try {
@@ -62,13 +67,14 @@
       body = null;
     }
     if (!res.ok || !body || body.success === false) {
-      const msg = body && typeof body.error === 'string' ? body.error : 'Request failed (HTTP ' + res.status + ')';
+      const msg = body && typeof body.error === 'string' ? body.error : 'Request failed (HTTP ' + res.status + ').';
+      const uncertain = !body || res.status >= 500 || res.status === 409;
       // Only the session that sent the request ends: an answer for the previous person's
       // request must not log out the next one.
       if (res.status === 401 && token && token === state.token) {
         endSession('Your session has ended. Please log in again.');
       }
-      throw new ApiError(msg, res.status);
+      throw new ApiError(msg, res.status, uncertain);
     }
     return body;
   }
@@ -311,10 +317,17 @@
       try {
         // `alive()`: still the session the action started in (else leave the page alone).
         const message = await action(values, form, () => gen === state.gen);
-        if (message && gen === state.gen) okEl.textContent = message;
+        if (message && gen === state.gen) {
+          okEl.textContent = message;
+          // The page may have grown or shrunk meanwhile (a deleted account's panel).
+          okEl.scrollIntoView({ block: 'nearest' });
+        }
       } catch (e) {
         if (e instanceof ApiError) {
-          if (gen === state.gen) errorEl.textContent = e.message;
+          if (gen === state.gen) {
+            errorEl.textContent = e.message;
+            errorEl.scrollIntoView({ block: 'nearest' });
+          }
         } else {
           errorEl.textContent = 'Something went wrong in the page: ' + e.message;
           throw e;
@@ -617,6 +630,7 @@
   // records written since (and at most one page already seen), not the whole history.
   const TX_API_PAGE = 1000;
   async function fetchLog(uuid) {
+    const gen = state.gen;
     const cache = state.txPages.get(uuid) || [];
     let from = Math.max(cache.length - 1, 0);
     for (let tries = 0; ; tries++) {
@@ -631,7 +645,10 @@
           if (!r.next_cursor) break;
           cursor = r.next_cursor;
         }
-        state.txPages.set(uuid, pages);
+        // Pages older than what the cache holds (a slower, earlier call) are not kept.
+        const now = state.txPages.get(uuid) || [];
+        const count = (ps) => ps.reduce((n, p) => n + p.records.length, 0);
+        if (gen === state.gen && count(pages) >= count(now)) state.txPages.set(uuid, pages);
         return pages.flatMap((p) => p.records);
       } catch (e) {
         // A cursor the server no longer knows (the account was replaced): read it all again.
@@ -644,10 +661,12 @@
   async function loadTransactions() {
     const uuid = state.selected;
     const gen = state.gen;
+    // Only the latest call shows its answer: an earlier one answered late holds older records.
+    const seq = ++state.txSeq;
     const body = $('tx-table').tBodies[0];
     try {
       const records = await fetchLog(uuid);
-      if (uuid !== state.selected || gen !== state.gen) return;
+      if (uuid !== state.selected || gen !== state.gen || seq !== state.txSeq) return;
       // Newest first by date (a back-dated record sorts by its date), then latest recorded.
       const list = records.map((t, i) => ({ t, i, local: localTime(t.Date) }));
       list.sort((a, b) => (a.t.Date < b.t.Date ? 1 : a.t.Date > b.t.Date ? -1 : b.i - a.i));
@@ -656,7 +675,7 @@
       if (state.tx.uuid !== uuid) state.tx.page = 0;
       state.tx.uuid = uuid;
     } catch (e) {
-      if (uuid !== state.selected || gen !== state.gen) return;
+      if (uuid !== state.selected || gen !== state.gen || seq !== state.txSeq) return;
       body.replaceChildren();
       const tr = el('tr');
       const td = el('td', e.message, 'error');
@@ -716,6 +735,7 @@
   async function loadChart() {
     const uuid = state.selected;
     const gen = state.gen;
+    const seq = ++state.chartSeq;
     const days = Number($('chart-range').value);
     const monthly = days > 100;
     const now = new Date();
@@ -731,10 +751,10 @@
         uuid, start_date: localDay(start), end_date: nowIso(), ts_data: 'true', transactions: 'false',
       });
     } catch (e) {
-      if (uuid === state.selected && gen === state.gen) $('chart-error').textContent = e.message;
+      if (uuid === state.selected && gen === state.gen && seq === state.chartSeq) $('chart-error').textContent = e.message;
       return;
     }
-    if (uuid !== state.selected || gen !== state.gen) return;
+    if (uuid !== state.selected || gen !== state.gen || seq !== state.chartSeq) return;
     const series = r.minimal_tree.time_series || [];
     const buckets = new Map();
     for (const p of series) {
@@ -851,12 +871,13 @@
           last = null;
           return r;
         } catch (e) {
-          // A refusal (4xx) changed nothing: a new attempt is a new request. No answer, a 5xx
-          // (a gateway's timeout among them) or "still running" (409) may hide a write that
-          // was made: the same key again replays it instead of making it twice.
-          const unknown = e.status === 0 || e.status >= 500 || e.status === 409;
-          if (!unknown) last = null;
-          else if (e.status !== 0) e.message += ' It may have been made: send it again unchanged to be sure, it is never made twice.';
+          // A refusal in the API's words changed nothing: a new attempt is a new request. An
+          // uncertain outcome (a gateway's timeout among them) may hide a write that was made:
+          // the same key again replays it instead of making it twice.
+          if (!e.uncertain) last = null;
+          else if (e.status !== 0) {
+            e.message = e.message.replace(/\.?$/, '.') + ' It may have been made: send it again unchanged to be sure, it is never made twice.';
+          }
           throw e;
         }
       };
