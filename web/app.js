@@ -6,6 +6,7 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const SESSION_KEY = 'pfm.session';
+  const PENDING = 'pfm.pending'; // + path: a money movement whose outcome is unknown
   const TX_PAGE = 10;
 
   const state = {
@@ -240,6 +241,7 @@
   // none of it, even for a moment or if their own data never arrives; answers still on their
   // way for the old session are dropped (`gen`).
   function clearPage() {
+    for (const k of Object.keys(sessionStorage)) if (k.startsWith(PENDING)) sessionStorage.removeItem(k);
     state.gen += 1;
     state.loadSeq += 1;
     state.tree = null;
@@ -290,6 +292,11 @@
   // its button stays focusable (a disabled button loses the keyboard focus to the page).
   function onSubmit(form, action) {
     const errorEl = form.querySelector('[data-error]');
+    // Every field of the form is described by its error line; the field an error names is
+    // marked invalid.
+    errorEl.id = errorEl.id || form.id + '-error';
+    const fields = [...form.elements].filter((f) => f.name);
+    for (const f of fields) f.setAttribute('aria-describedby', errorEl.id);
     const okEl = el('p', null, 'ok');
     okEl.setAttribute('role', 'status');
     okEl.dataset.ok = '';
@@ -300,6 +307,7 @@
       ev.preventDefault();
       if (busy) return;
       errorEl.textContent = '';
+      for (const f of fields) f.removeAttribute('aria-invalid');
       // Success lines of earlier actions, here or in other forms, would read as this one's.
       for (const e of document.querySelectorAll('[data-ok]')) e.textContent = '';
       setNotice('');
@@ -327,6 +335,11 @@
           if (gen === state.gen) {
             errorEl.textContent = e.message;
             errorEl.scrollIntoView({ block: 'nearest' });
+            // The field named last (a partial save names the saved ones first).
+            const said = e.message.toLowerCase();
+            const at = (f) => Math.max(said.lastIndexOf(f.name), said.lastIndexOf(f.name.replace(/_/g, ' ')));
+            const named = fields.filter((f) => at(f) >= 0).sort((a, b) => at(b) - at(a))[0];
+            if (named) named.setAttribute('aria-invalid', 'true');
           }
         } else {
           errorEl.textContent = 'Something went wrong in the page: ' + e.message;
@@ -388,6 +401,8 @@
     renderTree();
     renderSelects();
     renderAccount(refill);
+    // A picked day in the future is most likely a slip: the pickers stop at today.
+    for (const id of ['dep-date', 'wd-date']) $(id).max = today();
     loadTransactions();
     loadChart();
   }
@@ -861,20 +876,29 @@
     // twice. A new key once the values change or an answer came.
     // getRandomValues, unlike randomUUID, works on plain http from another host too.
     const randomHex = (n) => Array.from(crypto.getRandomValues(new Uint8Array(n)), (b) => pad(b.toString(16))).join('');
+    // The attempt whose outcome is unknown is kept in sessionStorage too, so a reload of the
+    // page does not lose it (logging out does: see clearPage).
     const keyed = (path) => {
-      let last = null;
+      const slot = PENDING + path;
       return async (v) => {
-        const sig = JSON.stringify(v);
+        const sig = JSON.stringify([state.user, v]);
+        let last = null;
+        try {
+          last = JSON.parse(sessionStorage.getItem(slot) || 'null');
+        } catch (e) {
+          last = null;
+        }
         if (!last || last.sig !== sig) last = { sig, key: 'web-' + randomHex(16) };
+        sessionStorage.setItem(slot, JSON.stringify(last));
         try {
           const r = await api('POST', path, v, { 'Idempotency-Key': last.key });
-          last = null;
+          sessionStorage.removeItem(slot);
           return r;
         } catch (e) {
           // A refusal in the API's words changed nothing: a new attempt is a new request. An
           // uncertain outcome (a gateway's timeout among them) may hide a write that was made:
           // the same key again replays it instead of making it twice.
-          if (!e.uncertain) last = null;
+          if (!e.uncertain) sessionStorage.removeItem(slot);
           else if (e.status !== 0) {
             e.message = e.message.replace(/\.?$/, '.') + ' It may have been made: send it again unchanged to be sure, it is never made twice.';
           }

@@ -395,6 +395,9 @@ def run(d):
     submit(d, "env-form")
     want = "Saved fixed amount; not saved: account_freq must be a positive number"
     wait_for(d, lambda: form_error(d, "env-form") == want, f"inline error {want!r}")
+    check(by_id(d, "env-freq").get_attribute("aria-invalid") == "true", "the refused field is not marked invalid")
+    check(by_id(d, "env-fixed").get_attribute("aria-invalid") is None, "a saved field is marked invalid")
+    check(by_id(d, "env-freq").get_attribute("aria-describedby") == "env-form-error", "fields not tied to their error")
     wait_for(d, lambda: envelope(d, "Rent")[0] == 83, "Rent 83% funded after the target grew")
     check("500.00 of 600.00" in envelope(d, "Rent")[1], envelope(d, "Rent")[1])
     check(by_id(d, "env-freq").get_attribute("value") == "", "the refused period was not saved")
