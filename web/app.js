@@ -218,6 +218,8 @@
 
   function startSession(token, user) {
     clearPage();
+    // A write of unknown outcome waits for its retry only for the same person.
+    dropPending((sig) => !sig.startsWith(JSON.stringify([user])));
     state.token = token;
     state.user = user;
     saveSession();
@@ -227,8 +229,11 @@
     load();
   }
 
-  function endSession(message) {
+  // `leaving`: the person logged out (or deleted their user); else the session merely ended
+  // (an expired token), and a write of unknown outcome keeps its key for the retry.
+  function endSession(message, leaving) {
     clearPage();
+    if (leaving) dropPending(() => true);
     state.token = null;
     state.user = null;
     sessionStorage.removeItem(SESSION_KEY);
@@ -240,9 +245,25 @@
   // Empties everything a session showed or was typed into, so the next person on this tab sees
   // none of it, even for a moment or if their own data never arrives; answers still on their
   // way for the old session are dropped (`gen`).
+  // Removes the kept Idempotency-Keys (see `keyed`) whose request signature `which` selects.
+  function dropPending(which) {
+    for (const k of Object.keys(sessionStorage)) {
+      if (!k.startsWith(PENDING)) continue;
+      let sig = '';
+      try {
+        sig = JSON.parse(sessionStorage.getItem(k)).sig;
+      } catch (e) {
+        sig = '';
+      }
+      if (which(String(sig))) sessionStorage.removeItem(k);
+    }
+  }
+
   function clearPage() {
-    for (const k of Object.keys(sessionStorage)) if (k.startsWith(PENDING)) sessionStorage.removeItem(k);
     state.gen += 1;
+    state.txSeq += 1;
+    state.chartSeq += 1;
+    for (const b of document.querySelectorAll('[aria-disabled]')) b.removeAttribute('aria-disabled');
     state.loadSeq += 1;
     state.tree = null;
     state.nodes = new Map();
@@ -258,7 +279,7 @@
     for (const id of ['tree', 'acct-facts', 'chart']) $(id).replaceChildren();
     for (const sel of document.querySelectorAll('select[data-accounts]')) sel.replaceChildren();
     $('tx-table').tBodies[0].replaceChildren();
-    for (const id of ['acct-name', 'chart-acc', 'chart-sum', 'tx-page', 'delete-where', 'load-error', 'chart-error']) {
+    for (const id of ['acct-name', 'chart-acc', 'chart-sum', 'tx-page', 'delete-where', 'load-error', 'chart-error', 'tx-filter-error']) {
       $(id).textContent = '';
     }
     for (const f of document.querySelectorAll('#app form')) f.reset();
@@ -302,10 +323,11 @@
     okEl.dataset.ok = '';
     errorEl.after(okEl);
     const button = form.querySelector('button[type=submit]');
-    let busy = false;
+    // The session a submit of this form is running in (another session's never blocks it).
+    let busy = null;
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
-      if (busy) return;
+      if (busy === state.gen) return;
       errorEl.textContent = '';
       for (const f of fields) f.removeAttribute('aria-invalid');
       // Success lines of earlier actions, here or in other forms, would read as this one's.
@@ -319,9 +341,9 @@
         if (f.inputMode === 'decimal' && /^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$/.test(v)) v = v.replace(/,/g, '');
         if (v !== '') values[f.name] = v;
       }
-      busy = true;
-      button.setAttribute('aria-disabled', 'true');
       const gen = state.gen;
+      busy = gen;
+      button.setAttribute('aria-disabled', 'true');
       try {
         // `alive()`: still the session the action started in (else leave the page alone).
         const message = await action(values, form, () => gen === state.gen);
@@ -337,7 +359,11 @@
             errorEl.scrollIntoView({ block: 'nearest' });
             // The field named last (a partial save names the saved ones first).
             const said = e.message.toLowerCase();
-            const at = (f) => Math.max(said.lastIndexOf(f.name), said.lastIndexOf(f.name.replace(/_/g, ' ')));
+            const word = (w) => {
+              const m = [...said.matchAll(new RegExp('(?:^|[^a-z_])' + w + '(?![a-z_])', 'g'))];
+              return m.length ? m[m.length - 1].index : -1;
+            };
+            const at = (f) => Math.max(word(f.name), word(f.name.replace(/_/g, ' ')));
             const named = fields.filter((f) => at(f) >= 0).sort((a, b) => at(b) - at(a))[0];
             if (named) named.setAttribute('aria-invalid', 'true');
           }
@@ -346,8 +372,10 @@
           throw e;
         }
       } finally {
-        busy = false;
-        button.removeAttribute('aria-disabled');
+        if (busy === gen) {
+          busy = null;
+          button.removeAttribute('aria-disabled');
+        }
         if (!document.activeElement || document.activeElement === document.body) button.focus();
       }
     });
@@ -757,13 +785,13 @@
     const start = monthly
       ? new Date(now.getFullYear(), now.getMonth() - 11, 1)
       : new Date(now.getFullYear(), now.getMonth(), now.getDate() - (days - 1));
-    // The API's series is by UTC day: the range starts on the UTC day named like the local
-    // one (a 12-month chart has 12 months), and the axis is drawn in UTC to match.
+    // The API's series is by UTC day: the range runs over the UTC days named like the local
+    // ones (a 12-month chart has 12 months, a 30-day one 30 days), drawn on a UTC axis.
     $('chart-error').textContent = '';
     let r;
     try {
       r = await api('GET', '/get_minimal_tree', {
-        uuid, start_date: localDay(start), end_date: nowIso(), ts_data: 'true', transactions: 'false',
+        uuid, start_date: localDay(start), end_date: localDay(now), ts_data: 'true', transactions: 'false',
       });
     } catch (e) {
       if (uuid === state.selected && gen === state.gen && seq === state.chartSeq) $('chart-error').textContent = e.message;
@@ -856,7 +884,7 @@
       setNotice('Welcome, ' + r.user_id + '. Your Main account is ready.');
     });
 
-    $('logout').addEventListener('click', () => endSession('You are logged out.'));
+    $('logout').addEventListener('click', () => endSession('You are logged out.', true));
     $('refresh').addEventListener('click', () => {
       clearMessages($('app'));
       load();
@@ -890,15 +918,23 @@
         }
         if (!last || last.sig !== sig) last = { sig, key: 'web-' + randomHex(16) };
         sessionStorage.setItem(slot, JSON.stringify(last));
+        // Only this attempt's own key is removed: a late answer must not drop a later one's.
+        const done = () => {
+          try {
+            if (JSON.parse(sessionStorage.getItem(slot) || 'null')?.key === last.key) sessionStorage.removeItem(slot);
+          } catch (e) {
+            sessionStorage.removeItem(slot);
+          }
+        };
         try {
           const r = await api('POST', path, v, { 'Idempotency-Key': last.key });
-          sessionStorage.removeItem(slot);
+          done();
           return r;
         } catch (e) {
           // A refusal in the API's words changed nothing: a new attempt is a new request. An
           // uncertain outcome (a gateway's timeout among them) may hide a write that was made:
           // the same key again replays it instead of making it twice.
-          if (!e.uncertain) sessionStorage.removeItem(slot);
+          if (!e.uncertain) done();
           else if (e.status !== 0) {
             e.message = e.message.replace(/\.?$/, '.') + ' It may have been made: send it again unchanged to be sure, it is never made twice.';
           }
@@ -962,13 +998,13 @@
         parent_uuid: entry.parent.account_uuid, child_name: entry.node.name, allocation: v.allocation || '',
       });
       if (!alive()) return '';
-      load(true);
+      load();
       return r.message + '.';
     });
     onSubmit($('prio-form'), async (v, f, alive) => {
       const r = await api('POST', '/set_priority', { uuid: state.selected, priority: v.priority || '' });
       if (!alive()) return '';
-      load(true);
+      load();
       return r.message + '.';
     });
     // Saves only what changed, one setter per field; an empty field is left as it is (but for
@@ -986,7 +1022,7 @@
         throw e;
       } finally {
         // Also after a refusal: the fields saved before it are real.
-        if (done.length && alive()) load(true);
+        if (done.length && alive()) load();
       }
       return done.length ? 'Saved ' + done.join(', ') + ' for ' + n.name + '.' : 'Nothing changed for ' + n.name + '.';
     });
@@ -1014,7 +1050,7 @@
     onSubmit($('status-form'), async (v, f, alive) => {
       const r = await api('POST', '/change_account_status', { uuid: state.selected, status: v.status });
       if (!alive()) return '';
-      load(true);
+      load();
       return r.message + '.';
     });
     onSubmit($('delete-form'), async (v, f, alive) => {
@@ -1022,11 +1058,11 @@
       const ok = await confirmDelete(entry);
       if (!ok) return '';
       const r = await api('DELETE', '/delete', { uuid: entry.node.account_uuid });
+      if (!alive()) return '';
       if (entry.depth === 0) {
-        endSession(r.message);
+        endSession(r.message, true);
         return '';
       }
-      if (!alive()) return '';
       state.selected = entry.parent.account_uuid;
       await load(true);
       // Under the form (now the parent's), where the person is looking.
