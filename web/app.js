@@ -219,7 +219,8 @@
   function startSession(token, user) {
     clearPage();
     // A write of unknown outcome waits for its retry only for the same person.
-    dropPending((sig) => !sig.startsWith(JSON.stringify([user])));
+    const mine = JSON.stringify([user]).slice(0, -1) + ','; // a signature's start: `["<user>",`
+    dropPending((sig) => !sig.startsWith(mine));
     state.token = token;
     state.user = user;
     saveSession();

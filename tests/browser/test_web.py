@@ -37,13 +37,14 @@ PASSWORD = "correct horse 1"
 WAIT = 10
 
 # The requests the walk makes fail on purpose (a withdrawal over the balance, a second
-# registration, a bad repeat period, a rejected token): Chromium logs
+# registration, a bad repeat period, a rejected token, a deposit while offline): Chromium logs
 # every 4xx fetch as a network error; any other error-level console entry fails the test.
 EXPECTED_NETWORK_ERRORS = [
     re.compile(r"/withdraw - Failed to load resource: the server responded with a status of 400"),
     re.compile(r"/register - Failed to load resource: the server responded with a status of 409"),
     re.compile(r"/set_account_freq - Failed to load resource: the server responded with a status of 400"),
     re.compile(r"/get_minimal_tree\?[^ ]* - Failed to load resource: the server responded with a status of 401"),
+    re.compile(r"/deposit - Failed to load resource: net::ERR_INTERNET_DISCONNECTED"),
 ]
 
 shot_no = 0
@@ -543,6 +544,26 @@ def run(d):
     fill(d, "login-user", USER)
     by_id(d, "login-pass").send_keys(PASSWORD + Keys.ENTER)
     wait_for(d, lambda: by_id(d, "app").is_displayed() and text(d, "who-name") == USER, "signed in as the first person")
+
+    # ---- a deposit with no answer keeps its Idempotency-Key for the retry, across a reload
+    slot = "pfm.pending/deposit"
+    choose(d, "dep-acc", "Main")
+    fill(d, "dep-amount", "3")
+    d.execute_cdp_cmd("Network.emulateNetworkConditions", dict(slow, offline=True, latency=0))
+    submit(d, "deposit-form")
+    wait_for(d, lambda: "Cannot reach the server" in form_error(d, "deposit-form"), "no answer")
+    d.execute_cdp_cmd("Network.emulateNetworkConditions", dict(slow, latency=0))
+    kept = d.execute_script("return sessionStorage.getItem(arguments[0])", slot)
+    check(kept and json.loads(kept)["key"].startswith("web-"), f"no key kept: {kept!r}")
+    before = text(d, "t-balance")
+    d.refresh()
+    wait_for(d, lambda: by_id(d, "app").is_displayed() and text(d, "t-balance") == before, "reloaded")
+    check(d.execute_script("return sessionStorage.getItem(arguments[0])", slot) == kept, "the key was lost in the reload")
+    choose(d, "dep-acc", "Main")
+    fill(d, "dep-amount", "3")
+    submit(d, "deposit-form")
+    wait_notice(d, r"Deposited 3\.00 into Main", "deposit-form")
+    check(d.execute_script("return sessionStorage.getItem(arguments[0])", slot) is None, "the key outlived its answer")
 
     # ---- deleting Main deletes the user, and the page says so
     d.set_window_size(1280, 900)
