@@ -243,9 +243,6 @@
     $('login-user').focus();
   }
 
-  // Empties everything a session showed or was typed into, so the next person on this tab sees
-  // none of it, even for a moment or if their own data never arrives; answers still on their
-  // way for the old session are dropped (`gen`).
   // Removes the kept Idempotency-Keys (see `keyed`) whose request signature `which` selects.
   function dropPending(which) {
     for (const k of Object.keys(sessionStorage)) {
@@ -260,6 +257,9 @@
     }
   }
 
+  // Empties everything a session showed or was typed into, so the next person on this tab sees
+  // none of it, even for a moment or if their own data never arrives; answers still on their
+  // way for the old session are dropped (`gen`).
   function clearPage() {
     state.gen += 1;
     state.txSeq += 1;
@@ -284,6 +284,8 @@
       $(id).textContent = '';
     }
     for (const f of document.querySelectorAll('#app form')) f.reset();
+    for (const f of document.querySelectorAll('[data-filled]')) delete f.dataset.filled;
+    for (const f of document.querySelectorAll('[aria-invalid]')) f.removeAttribute('aria-invalid');
     clearMessages(document);
     setNotice('');
   }
