@@ -560,7 +560,7 @@ def run(d):
     wait_for(d, lambda: by_id(d, "app").is_displayed() and text(d, "t-balance") == before, "reloaded")
     check(d.execute_script("return sessionStorage.getItem(arguments[0])", slot) == kept, "the key was lost in the reload")
     # ...and across an expired session of the same person.
-    d.execute_script("sessionStorage.setItem('pfm.session', JSON.stringify({token: 'expired.token.x', user: arguments[0]}))", USER)
+    d.execute_script("sessionStorage.setItem('pfm.session', JSON.stringify({token: 'expired.token.y', user: arguments[0]}))", USER)
     d.refresh()
     wait_for(d, lambda: by_id(d, "auth").is_displayed(), "the expired session ended")
     fill(d, "login-user", USER)
