@@ -71,8 +71,10 @@
       const msg = body && typeof body.error === 'string' ? body.error : 'Request failed (HTTP ' + res.status + ').';
       const uncertain = !body || res.status >= 500 || res.status === 409;
       // Only the session that sent the request ends: an answer for the previous person's
-      // request must not log out the next one.
-      if (res.status === 401 && token && token === state.token) {
+      // request must not log out the next one. A token refused again within the backoff
+      // (SPEC 4.4) is answered 429 "Too many failed attempts", and is just as dead.
+      const refused = res.status === 401 || (res.status === 429 && /^Too many failed attempts/.test(msg));
+      if (refused && token && token === state.token) {
         endSession('Your session has ended. Please log in again.');
       }
       throw new ApiError(msg, res.status, uncertain);

@@ -44,6 +44,7 @@ EXPECTED_NETWORK_ERRORS = [
     re.compile(r"/register - Failed to load resource: the server responded with a status of 409"),
     re.compile(r"/set_account_freq - Failed to load resource: the server responded with a status of 400"),
     re.compile(r"/get_minimal_tree\?[^ ]* - Failed to load resource: the server responded with a status of 401"),
+    re.compile(r"/get_minimal_tree\?[^ ]* - Failed to load resource: the server responded with a status of 429"),
     re.compile(r"/deposit - Failed to load resource: net::ERR_INTERNET_DISCONNECTED"),
 ]
 
@@ -589,6 +590,11 @@ def run(d):
     wait_for(d, lambda: by_id(d, "auth").is_displayed(), "log-in form after a rejected token")
     wait_for(d, lambda: "session has ended" in text(d, "notice"), "session-ended notice")
     check(d.execute_script("return sessionStorage.getItem('pfm.session')") is None, "rejected token kept")
+    # The same token again at once meets the failed-authentication backoff (429): as dead.
+    d.execute_script("sessionStorage.setItem('pfm.session', JSON.stringify({token: 'expired.token.x', user: 'x'}))")
+    d.refresh()
+    wait_for(d, lambda: by_id(d, "auth").is_displayed(), "log-in form after a token in backoff")
+    wait_for(d, lambda: "session has ended" in text(d, "notice"), "session-ended notice after the backoff")
 
     # ---- the console: no errors except the deliberate 4xx answers
     bad, seen = [], set()
