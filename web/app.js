@@ -245,17 +245,21 @@
     $('login-user').focus();
   }
 
+  // The attempt kept in sessionStorage under `slot` (see `keyed`), `{sig, key}`; null when
+  // there is none or it does not read.
+  function keptAt(slot) {
+    try {
+      const kept = JSON.parse(sessionStorage.getItem(slot) || 'null');
+      return kept && typeof kept === 'object' ? kept : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
   // Removes the kept Idempotency-Keys (see `keyed`) whose request signature `which` selects.
   function dropPending(which) {
     for (const k of Object.keys(sessionStorage)) {
-      if (!k.startsWith(PENDING)) continue;
-      let sig = '';
-      try {
-        sig = JSON.parse(sessionStorage.getItem(k)).sig;
-      } catch (e) {
-        sig = '';
-      }
-      if (which(String(sig))) sessionStorage.removeItem(k);
+      if (k.startsWith(PENDING) && which(String(keptAt(k)?.sig ?? ''))) sessionStorage.removeItem(k);
     }
   }
 
@@ -915,21 +919,14 @@
       const slot = PENDING + path;
       return async (v) => {
         const sig = JSON.stringify([state.user, v]);
-        let last = null;
-        try {
-          last = JSON.parse(sessionStorage.getItem(slot) || 'null');
-        } catch (e) {
-          last = null;
-        }
+        let last = keptAt(slot);
         if (!last || last.sig !== sig) last = { sig, key: 'web-' + randomHex(16) };
         sessionStorage.setItem(slot, JSON.stringify(last));
         // Only this attempt's own key is removed: a late answer must not drop a later one's.
+        // (A slot that does not read is removed too.)
         const done = () => {
-          try {
-            if (JSON.parse(sessionStorage.getItem(slot) || 'null')?.key === last.key) sessionStorage.removeItem(slot);
-          } catch (e) {
-            sessionStorage.removeItem(slot);
-          }
+          const kept = keptAt(slot);
+          if (!kept || kept.key === last.key) sessionStorage.removeItem(slot);
         };
         try {
           const r = await api('POST', path, v, { 'Idempotency-Key': last.key });
