@@ -458,3 +458,39 @@ fn replay_restores_writes_and_deletions_made_since_the_last_checkpoint() {
     assert!(rows(&fun) >= 50, "{}", rows(&fun));
     assert!(rt.block_on(store.load_user("j2")).unwrap().is_none());
 }
+
+/// Each thread of process `pid` as (name, nice value), from /proc.
+fn thread_niceness(pid: u32) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        let (Ok(comm), Ok(stat)) =
+            (std::fs::read_to_string(t.join("comm")), std::fs::read_to_string(t.join("stat")))
+        else {
+            continue; // the thread ended meanwhile
+        };
+        // Fields after the parenthesised name: state is field 3, nice field 19.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let nice: i64 = rest.split(' ').nth(16).unwrap().parse().unwrap();
+        out.push((comm.trim().to_string(), nice));
+    }
+    out
+}
+
+#[test]
+fn background_threads_yield_the_cpu_to_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spawn(dir.path()).unwrap();
+    write_some(p.addr, 3);
+    let threads = thread_niceness(p.child.id());
+    let nice = |name: &str| threads.iter().find(|(n, _)| n == name).map(|t| t.1);
+    // Checkpoints run in bursts of sled work; at the requests' priority they took a core from
+    // the async workers and showed as latency spikes.
+    assert_eq!(nice("pfm-checkpoint"), Some(10), "{threads:?}");
+    for (name, n) in &threads {
+        if name.starts_with("tokio-rt-worker") || name == "pfm-journal" || name == "pfm-applier" {
+            assert_eq!(*n, 0, "{name} serves requests and keeps the default priority: {threads:?}");
+        }
+    }
+    assert!(threads.iter().any(|(n, _)| n == "pfm-journal"), "{threads:?}");
+}

@@ -791,8 +791,21 @@ fn journal_thread(shared: Arc<Shared>, rx: Receiver<Entry>, atx: Sender<Handled>
     });
 }
 
+/// Lowers the calling thread's scheduling priority (nice 10): background work (checkpoints,
+/// spare segments) then waits while request threads want the CPU, instead of taking a core from
+/// them in bursts, which showed as latency spikes. Best effort: without permission it keeps its
+/// priority.
+fn yield_to_requests() {
+    // SAFETY: gettid and setpriority take no pointers; on Linux a thread id names one thread.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+    if r != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "background thread keeps its priority");
+    }
+}
+
 /// Zero-fills spare segments on request, off the journal thread (a segment takes seconds).
 fn spare_thread(dir: &Path, stop: &AtomicBool, req: Receiver<u64>, done: Sender<Result<File, String>>) {
+    yield_to_requests();
     while let Ok(size) = req.recv() {
         if done.send(prepare_spare(dir, stop, size)).is_err() {
             break;
@@ -1122,6 +1135,7 @@ impl Rows for NoRows {
 /// Writes each frozen memtable into sled, flushes, records the checkpoint and deletes the
 /// journal segments it covers; only then do reads stop looking at the table.
 fn checkpoint_thread(shared: Arc<Shared>, crx: Receiver<Arc<Memtable>>) {
+    yield_to_requests();
     while let Ok(m) = crx.recv() {
         let mut pace = Pace::new(&shared);
         if !write_table(&shared, &m, &mut pace) {
