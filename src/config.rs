@@ -66,9 +66,8 @@ pub struct Config {
     /// the embedded engine under the data directory
     #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Async worker threads serving HTTP; 0 (the default) means one per core. Fewer than the
-    /// cores leaves CPU to the storage threads and the kernel: cheaper reads, slower tails under
-    /// heavy writes (README, Benchmarks)
+    /// Async worker threads serving HTTP; 0 (the default) means every core but one (at least
+    /// one), leaving a core to the storage threads and the kernel (README, Benchmarks)
     #[arg(long = "worker-threads", env = "WORKER_THREADS", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=1024))]
     pub worker_threads: u64,
@@ -145,16 +144,17 @@ impl Config {
     }
 }
 
-/// Async workers for `configured` (0: automatic, one per core) on a machine with `cores` cores.
-/// Measured on 2 cores with the load generator on one of them: one worker served GET
-/// /get_balance at 0.97-1.03x of bare hyper where two gave 0.78-0.82x (two workers wake and
-/// steal from each other across cores, and share them with the storage threads), but deposits
-/// at 128 connections kept their rate with a p99 of 19 ms where two gave 10-11 ms (one thread
-/// serves every connection in turn). The default keeps the tails; an operator of a read-mostly
-/// node may choose fewer.
+/// Async workers for `configured` (0: automatic, every core but one, at least one) on a machine
+/// with `cores` cores. The core left over is for the storage threads (journal, applier,
+/// checkpoint) and the kernel's network work; every worker on every core made them preempt
+/// each other, and two workers on two cores wake and steal from each other across the cores.
+/// Measured on 2 cores with the load generator on one of them (README, Benchmarks): one worker
+/// served GET /get_balance at 1.02-1.13x of bare hyper where two gave 0.65-0.80x, and deposits
+/// at 128 connections at 0.52-0.65x of the raw baseline where two gave 0.51-0.60x. A dedicated
+/// node with more cores than load may set one per core.
 pub fn worker_threads(configured: u64, cores: usize) -> usize {
     match configured {
-        0 => cores.max(1),
+        0 => cores.saturating_sub(1).max(1),
         n => n as usize,
     }
 }
@@ -162,10 +162,10 @@ pub fn worker_threads(configured: u64, cores: usize) -> usize {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn automatic_workers_are_one_per_core() {
+    fn automatic_workers_leave_one_core_to_storage() {
         assert_eq!(super::worker_threads(0, 1), 1);
-        assert_eq!(super::worker_threads(0, 2), 2);
-        assert_eq!(super::worker_threads(0, 8), 8);
+        assert_eq!(super::worker_threads(0, 2), 1);
+        assert_eq!(super::worker_threads(0, 8), 7);
         assert_eq!(super::worker_threads(1, 2), 1);
     }
 }
