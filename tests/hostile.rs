@@ -562,3 +562,66 @@ fn a_streamed_answer_to_http_1_0_says_it_closes() {
     assert!(head.contains("connection: keep-alive") && head.contains("content-length"), "{head}");
     assert!(!closed);
 }
+
+#[test]
+fn host_fields_that_make_a_request_malformed_get_400() {
+    let s = Srv::start();
+    // RFC 9112 3.2: an HTTP/1.1 request needs exactly one Host field.
+    let (h, v) = raw_exchange(&s, b"GET /__ping__ HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert_json_answer(&h, &v, 400, "An HTTP/1.1 request needs a Host header");
+    let (h, v) =
+        raw_exchange(&s, b"GET /__ping__ HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n");
+    assert_json_answer(&h, &v, 400, "More than one Host header");
+    // Checked before the token: a malformed request is malformed whoever sends it.
+    let tok = s.token("host-user", "user");
+    let req = format!(
+        "GET /get_balance?uuid=x HTTP/1.1\r\nAuthorization: Bearer {tok}\r\nConnection: close\r\n\r\n"
+    );
+    let (h, v) = raw_exchange(&s, req.as_bytes());
+    assert_json_answer(&h, &v, 400, "An HTTP/1.1 request needs a Host header");
+    // HTTP/1.0 had no Host field; one Host is the usual case.
+    let (h, v) = raw_exchange(&s, b"GET /__ping__ HTTP/1.0\r\n\r\n");
+    assert!(h.starts_with("HTTP/1.0 200 ") || h.starts_with("HTTP/1.1 200 "), "{h}");
+    assert_eq!(v["status"], serde_json::json!("ok"), "{v}");
+    let (h, _) = raw_exchange(&s, b"GET /__ping__ HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert!(h.starts_with("HTTP/1.1 200 "), "{h}");
+}
+
+#[test]
+fn a_body_with_a_content_coding_gets_415_and_changes_nothing() {
+    let s = Srv::start();
+    let (tok, main) = s.user("coded", "10");
+    let body = format!("uuid={main}&amount=5&channel=c");
+    let auth = bearer(&tok);
+    for coding in ["gzip", "br", "identity, gzip", "GZIP"] {
+        let r = s.raw(
+            "POST",
+            "/deposit",
+            &[("Authorization", &auth), ("Content-Encoding", coding)],
+            Body::Form(&body),
+        );
+        r.fails(415, "Content-Encoding is not supported: send the body unencoded");
+        assert_eq!(r.header("accept-encoding"), Some("identity"), "{coding}");
+    }
+    assert_eq!(s.balance(&tok, &main), "10");
+    // `identity` is no coding at all, and a coding on an empty body codes nothing.
+    let r = s.raw(
+        "POST",
+        "/deposit",
+        &[("Authorization", &auth), ("Content-Encoding", "identity")],
+        Body::Form(&body),
+    );
+    r.ok();
+    let r = s.raw(
+        "GET",
+        &format!("/get_balance?uuid={main}"),
+        &[("Authorization", &auth), ("Content-Encoding", "gzip")],
+        Body::None,
+    );
+    r.ok();
+    assert_eq!(s.balance(&tok, &main), "15");
+    // Documented for the endpoints that read a body, with the header it carries.
+    let api = s.raw("GET", "/openapi.json", &[], Body::None);
+    let doc = &api.json["paths"]["/deposit"]["post"]["responses"]["415"];
+    assert!(doc["headers"]["Accept-Encoding"].is_object(), "{doc}");
+}

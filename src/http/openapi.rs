@@ -500,6 +500,8 @@ of several values or a non-empty object as a value",
         409 => "Conflict with existing data",
         422 => "Unprocessable request",
         413 => "Request body larger than 1 MiB (success, status, error only)",
+        415 => "Request body with a `Content-Encoding` other than `identity`: `Content-Encoding is not \
+supported: send the body unencoded` (success, status, error only; `Accept-Encoding: identity`)",
         429 => "Rate limit (`Rate limit exceeded. Try later.`, per user; `Rate limit exceeded. Try again later.`, \
 per IP on token-exempt paths) or failed-attempt backoff (`Too many failed attempts. Wait <X> seconds.`); \
 Retry-After says when to retry",
@@ -533,11 +535,14 @@ Retry-After says when to retry",
         }
     }
     let mut headers = common_headers(status != 401);
-    if keyed && status < 500 && status != 401 && status != 413 && status != 429 {
+    if keyed && status < 500 && ![401, 413, 415, 429].contains(&status) {
         headers["Idempotent-Replayed"] = json!({"$ref": "#/components/headers/IdempotentReplayed"});
     }
     if status == 429 {
         headers["Retry-After"] = json!({"$ref": "#/components/headers/RetryAfter"});
+    }
+    if status == 415 {
+        headers["Accept-Encoding"] = json!({"$ref": "#/components/headers/AcceptEncoding"});
     }
     json!({
         "description": text,
@@ -653,9 +658,9 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
     match ep {
         Ep::Ops(Op::Readyz) => statuses.push(503),
         Ep::Ops(Op::Metrics) => statuses.push(404),
-        // Answered before the body is read: no 413, 500 or 401.
+        // Answered before the body is read: no 413, 415, 500 or 401.
         Ep::Ping | Ep::Ops(_) => {}
-        _ => statuses.extend([413, 500]),
+        _ => statuses.extend([413, 415, 500]),
     }
     if d.auth != Auth::Public || ep == Ep::Register {
         statuses.push(401);
@@ -695,6 +700,7 @@ fn components() -> Value {
             "RateLimit": {"description": "IETF httpapi ratelimit-headers: \"default\";r=<remaining>;t=<seconds to reset>.",
                 "schema": {"type": "string"}},
             "RetryAfter": {"description": "Whole seconds to wait.", "schema": {"type": "integer"}},
+            "AcceptEncoding": {"description": "The content codings a request body may have: `identity` only.", "schema": {"type": "string"}},
             "IdempotentReplayed": {"description": "true when this answer is the kept answer of an earlier request with the same Idempotency-Key (nothing ran again).",
                 "schema": {"const": "true"}}
         },

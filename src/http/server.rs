@@ -86,20 +86,23 @@ async fn handle(
     let mut user = None;
     // One clock reading serves the filter's limits and the envelope's start time.
     let start_us = app.clock.now_micros();
-    let mut reply =
-        match filter::run(&app, &conn, req.method(), req.uri().path(), req.headers(), peer.ip(), start_us) {
-            Err(r) => drain(&app, req.into_body(), r).await,
-            Ok(passed) => {
-                if let (true, Pass::User(i)) = (log_on, &passed.who) {
-                    user = Some(i.user_id.clone());
-                }
-                // Boxed: this future is moved whole a few times per request (into hyper's slot
-                // among them), and dispatch's state is most of its size.
-                let mut r = Box::pin(dispatch(&app, req, passed.who, start_us, &rid)).await;
-                r.headers.extend(filter::ratelimit_headers(&passed.quota));
-                r
+    let checked = match host_problem(&req) {
+        Some(msg) => Err(Reply::bare(400, msg)),
+        None => filter::run(&app, &conn, req.method(), req.uri().path(), req.headers(), peer.ip(), start_us),
+    };
+    let mut reply = match checked {
+        Err(r) => drain(&app, req.into_body(), r).await,
+        Ok(passed) => {
+            if let (true, Pass::User(i)) = (log_on, &passed.who) {
+                user = Some(i.user_id.clone());
             }
-        };
+            // Boxed: this future is moved whole a few times per request (into hyper's slot
+            // among them), and dispatch's state is most of its size.
+            let mut r = Box::pin(dispatch(&app, req, passed.who, start_us, &rid)).await;
+            r.headers.extend(filter::ratelimit_headers(&passed.quota));
+            r
+        }
+    };
     // Reference style reshapes API answers only: not the operational endpoints (OpenAPI,
     // metrics, probes) nor the web page's files.
     let api_route = ROUTES.get(route).is_some_and(|r| !matches!(r.ep, Ep::Ops(_)));
@@ -153,6 +156,20 @@ async fn handle(
         }
     }
     resp
+}
+
+/// Why a request's `Host` fields make it malformed, if they do: RFC 9112 3.2 has a server answer
+/// 400 to an HTTP/1.1 request without one, and to any request with more than one (an
+/// intermediary and this server could then each read a different target).
+fn host_problem(req: &Request<Incoming>) -> Option<&'static str> {
+    let mut hosts = req.headers().get_all(hyper::header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if req.version() == hyper::Version::HTTP_11 => {
+            Some("An HTTP/1.1 request needs a Host header")
+        }
+        (Some(_), Some(_)) => Some("More than one Host header"),
+        _ => None,
+    }
 }
 
 /// Paths where HEAD is answered as GET (see [`handle`]).
@@ -288,6 +305,14 @@ async fn dispatch(
     if let Some(reply) = ops {
         return drain(app, req.into_body(), reply).await;
     }
+    // A coded body (gzip and the like) would be read as if it were plain and refused with a
+    // misleading message, or worse taken at face value: say what is wrong (RFC 9110 15.5.16),
+    // and which coding is taken (12.5.3).
+    if !hyper::body::Body::is_end_stream(req.body()) && coded(req.headers()) {
+        let reply = Reply::bare(415, "Content-Encoding is not supported: send the body unencoded")
+            .header(hyper::header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        return drain(app, req.into_body(), reply).await;
+    }
     let declared =
         req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
@@ -358,6 +383,17 @@ async fn dispatch(
         }
         _ => envelope(result, r.prefix, start_us, app.clock.now_micros()),
     }
+}
+
+/// Whether a request's body carries a content coding other than `identity`.
+fn coded(headers: &hyper::HeaderMap) -> bool {
+    headers.get_all(hyper::header::CONTENT_ENCODING).iter().any(|v| {
+        let v = v.as_bytes();
+        v.split(|&b| b == b',').any(|c| {
+            let c = c.trim_ascii();
+            !c.is_empty() && !c.eq_ignore_ascii_case(b"identity")
+        })
+    })
 }
 
 /// Runs the handler, then fills in the logs its answer names (see `api::logs`): whole, or past
