@@ -146,12 +146,12 @@ impl Config {
 
 /// Async workers for `configured` (0: automatic, every core but one, at least one) on a machine
 /// with `cores` cores. The core left over is for the storage threads (journal, applier,
-/// checkpoint) and the kernel's network work; every worker on every core made them preempt
-/// each other, and two workers on two cores wake and steal from each other across the cores.
-/// Measured on 2 cores with the load generator on one of them (README, Benchmarks): one worker
-/// served GET /get_balance at 1.02-1.13x of bare hyper where two gave 0.65-0.80x, and deposits
-/// at 128 connections at 0.52-0.65x of the raw baseline where two gave 0.51-0.60x. A dedicated
-/// node with more cores than load may set one per core.
+/// checkpoint) and the kernel's network work; two workers on two cores also wake and steal from
+/// each other across the cores. Measured on 2 cores with the load generator on one of them
+/// (README, Benchmarks): one worker served GET /get_balance at 0.83-1.13x of bare hyper where
+/// two gave 0.65-0.80x, and deposits at 128 connections at the same rate (twelve alternating
+/// pairs: 0.56x of the raw baseline on average either way). A dedicated node with more cores
+/// than load may set one per core.
 pub fn worker_threads(configured: u64, cores: usize) -> usize {
     match configured {
         0 => cores.saturating_sub(1).max(1),
