@@ -6,10 +6,10 @@
 //! `fdatasync` shared by every operation waiting, like the raw baseline.
 //!
 //! The road of one operation:
-//! 1. [`JournalStore::commit`] encodes the operation on the caller's thread, takes a sequence
-//!    number and queues it, all under one short lock, so queue order is sequence order.
-//! 2. The journal thread takes everything queued, appends it as checksummed frames, calls
-//!    `fdatasync` once, and only then acknowledges each operation, in order.
+//! 1. [`JournalStore::commit`] takes a sequence number and queues the operation, under one
+//!    short lock, so queue order is sequence order.
+//! 2. The journal thread takes everything queued, encodes it as checksummed frames, appends
+//!    them, calls `fdatasync` once, and only then acknowledges each operation, in order.
 //! 3. The applier thread puts each durable operation's rows in a memtable ([`super::overlay`]).
 //!    Every few seconds (or once it is large) the checkpoint thread writes the frozen table into
 //!    sled in large batches (log records and change rows joined into runs), flushes sled, and
@@ -123,6 +123,7 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 struct Entry {
     seq: u64,
     basis: u64,
+    /// The record, encoded by the journal thread (empty until then).
     frame: Vec<u8>,
     spans: Option<ValueSpans>,
     op: Box<Op>,
@@ -876,6 +877,32 @@ fn append_loop(
         // Once the journal's tail is unknown (a failed append could not be cut off), nothing more
         // is appended after it: every later entry fails until a restart sorts the tail out.
         let broken = shared.broken.load(Ordering::Acquire);
+        // Frames are encoded here rather than on the async workers, which on a small machine
+        // are what limits the write rate; this thread mostly waits for the disk. One that
+        // cannot be encoded fails like a failed append: with every write built on it.
+        let batch: Vec<Entry> = batch
+            .into_iter()
+            .filter_map(|mut e| {
+                if broken || poisoned.contains_key(&e.basis) {
+                    return Some(e); // refused below, unencoded
+                }
+                match encode_frame_body(&e.op) {
+                    Ok((mut frame, spans)) => {
+                        stamp(&mut frame, e.seq);
+                        e.frame = frame;
+                        e.spans = spans;
+                        Some(e)
+                    }
+                    Err(err) => {
+                        tracing::error!(error = %err, seq = e.seq, "a write could not be encoded; it and the writes built on it are refused");
+                        poisoned.insert(e.basis, ());
+                        forget_txids(shared, std::iter::once(&*e.op));
+                        let _ = e.ack.send(Err(err));
+                        None
+                    }
+                }
+            })
+            .collect();
         // (An entry is most of a KB: the usual batch, all of it live, is not copied apart.)
         let (live, dead): (Vec<Entry>, Vec<Entry>) = if !broken && poisoned.is_empty() {
             (batch, Vec::new())
@@ -1478,10 +1505,8 @@ impl Store for JournalStore {
             if self.shared.broken.load(Ordering::Acquire) {
                 return Err(StoreError::Engine("storage stopped applying writes".into()));
             }
-            let (mut frame, spans) = encode_frame_body(&op)?;
             let mut sub = self.submit.lock();
             let seq = sub.next_seq;
-            stamp(&mut frame, seq);
             let tx = sub.tx.as_ref().ok_or_else(|| StoreError::Engine("storage is closed".into()))?;
             let (no, ids) = main_txids(&op);
             if !ids.is_empty() {
@@ -1491,7 +1516,7 @@ impl Store for JournalStore {
                     *m.entry(id.clone()).or_insert(0) += 1;
                 }
             }
-            if let Err(back) = tx.send(Entry { seq, basis, frame, spans, op, ack }) {
+            if let Err(back) = tx.send(Entry { seq, basis, frame: Vec::new(), spans: None, op, ack }) {
                 // Never queued: its ids must not answer 409 later.
                 forget_txids(&self.shared, std::iter::once(&*back.0.op));
                 return Err(StoreError::Engine("the journal thread stopped".into()));
