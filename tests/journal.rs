@@ -484,13 +484,18 @@ fn background_threads_yield_the_cpu_to_requests() {
     write_some(p.addr, 3);
     let threads = thread_niceness(p.child.id());
     let nice = |name: &str| threads.iter().find(|(n, _)| n == name).map(|t| t.1);
+    // The priority the process was started with (0 unless the test itself runs under `nice`).
+    let base = nice("pfm-journal").unwrap_or_else(|| panic!("no journal thread: {threads:?}"));
     // Checkpoints run in bursts of sled work; at the requests' priority they took a core from
-    // the async workers and showed as latency spikes.
-    assert_eq!(nice("pfm-checkpoint"), Some(10), "{threads:?}");
+    // the async workers and showed as latency spikes. (Nice 10 is absolute: started nicer than
+    // that, the thread could not go back up without privilege.)
+    if base < 10 {
+        assert_eq!(nice("pfm-checkpoint"), Some(10), "{threads:?}");
+    }
     for (name, n) in &threads {
-        if name.starts_with("tokio-rt-worker") || name == "pfm-journal" || name == "pfm-applier" {
-            assert_eq!(*n, 0, "{name} serves requests and keeps the default priority: {threads:?}");
+        if name.starts_with("tokio-rt-worker") || name == "pfm-applier" {
+            assert_eq!(*n, base, "{name} serves requests and keeps the process's priority: {threads:?}");
         }
     }
-    assert!(threads.iter().any(|(n, _)| n == "pfm-journal"), "{threads:?}");
+    assert!(threads.iter().any(|(n, _)| n.starts_with("tokio-rt-worker")), "{threads:?}");
 }
