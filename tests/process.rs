@@ -124,7 +124,7 @@ fn worker_threads_follow_the_cores_unless_configured() {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], usize);
     let cases: [Case; 3] = [
-        (&[], &[], cores.saturating_sub(1).max(1)),
+        (&[], &[], pfm::config::worker_threads(0, cores)),
         (&[], &[("WORKER_THREADS", "3")], 3),
         (&["--worker-threads", "1"], &[("WORKER_THREADS", "3")], 1),
     ];
