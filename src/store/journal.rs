@@ -10,14 +10,16 @@
 //!    short lock, so queue order is sequence order.
 //! 2. The journal thread takes everything queued, encodes it as checksummed frames, appends
 //!    them, calls `fdatasync` once, and only then acknowledges each operation, in order.
-//! 3. The applier thread puts each durable operation's rows in a memtable ([`super::overlay`]).
+//! 3. Right after answering a batch, the journal thread puts each operation's rows in a memtable
+//!    ([`super::overlay`]); a batch with a deletion, which lists rows in storage, goes to the
+//!    applier thread instead, with the batches after it until it is done (see `Lanes`).
 //!    Every few seconds (or once it is large) the checkpoint thread writes the frozen table into
 //!    sled in large batches (log records and change rows joined into runs), flushes sled, and
 //!    deletes the journal segments that flush covers.
 //! 4. At start, records after sled's applied sequence number are applied again (replay).
 //!
-//! Reads of storage (a user's rows, a log, a transaction id) first wait until the applier has
-//! staged every operation already acknowledged, then read the tables over sled, so they never
+//! Reads of storage (a user's rows, a log, a transaction id) first wait until every operation
+//! already acknowledged is staged, then read the tables over sled, so they never
 //! miss an acknowledged write; transaction ids of operations queued but not yet staged are kept
 //! in memory for the /deposit duplicate check. If an append or sync fails, the batch is cut off
 //! the file again and fails, and every later operation computed from the same state (`basis`)
@@ -37,7 +39,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -140,8 +142,8 @@ struct Durable {
     spans: Option<ValueSpans>,
 }
 
-/// What the journal thread hands the applier: operations now durable, and the highest sequence
-/// number handled (durable or failed), so the applier's watermark passes failed ones too.
+/// A batch to stage: operations now durable, and the highest sequence number handled (durable
+/// or failed), so the staged watermark passes failed ones too.
 struct Handled {
     durable: Vec<Durable>,
     failed: Vec<Op>,
@@ -154,7 +156,7 @@ struct Submitter {
     tx: Option<Sender<Entry>>,
 }
 
-/// State shared by the store and its two threads.
+/// State shared by the store and its threads.
 struct Shared {
     /// `None` only while the checkpoint thread reopens it after a failure.
     sled: parking_lot::RwLock<Option<SledStore>>,
@@ -167,7 +169,7 @@ struct Shared {
     dir: PathBuf,
     /// Highest sequence number the journal thread has acknowledged or failed.
     handled: AtomicU64,
-    /// Highest sequence number the applier has applied or skipped.
+    /// Highest sequence number staged (applied or skipped).
     processed: AtomicU64,
     caught_up: tokio::sync::Notify,
     /// Main-account transaction ids of operations queued but not applied yet, per user.
@@ -544,17 +546,25 @@ impl JournalStore {
         let (tx, rx) = mpsc::channel::<Entry>();
         let (atx, arx) = mpsc::channel::<Handled>();
         let (ctx, crx) = mpsc::channel::<Arc<Memtable>>();
+        let applier = Arc::new(Mutex::new(Applier::new(ctx, checkpoint_every)));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let lanes = Lanes { applier: applier.clone(), atx, queued: queued.clone() };
         let s1 = shared.clone();
         let journal = std::thread::Builder::new()
             .name("pfm-journal".into())
             .spawn(move || {
-                journal_thread(s1, rx, atx, Segment { file, path: seg, pos: 0, cap: 0, first_seq: next_seq })
+                journal_thread(
+                    s1,
+                    rx,
+                    lanes,
+                    Segment { file, path: seg, pos: 0, cap: 0, first_seq: next_seq },
+                )
             })
             .map_err(|e| StoreError::Engine(e.to_string()))?;
         let s2 = shared.clone();
         let applier = std::thread::Builder::new()
             .name("pfm-applier".into())
-            .spawn(move || applier_thread(s2, arx, ctx, checkpoint_every))
+            .spawn(move || applier_thread(s2, arx, applier, queued))
             .map_err(|e| StoreError::Engine(e.to_string()))?;
         let s3 = shared.clone();
         let checkpointer = std::thread::Builder::new()
@@ -776,7 +786,7 @@ enum Spare {
     Failed(Instant),
 }
 
-fn journal_thread(shared: Arc<Shared>, rx: Receiver<Entry>, atx: Sender<Handled>, seg: Segment) {
+fn journal_thread(shared: Arc<Shared>, rx: Receiver<Entry>, lanes: Lanes, seg: Segment) {
     let (req_tx, req_rx) = mpsc::channel::<u64>();
     let (done_tx, done_rx) = mpsc::channel::<Result<File, String>>();
     let dir = shared.dir.clone();
@@ -788,7 +798,7 @@ fn journal_thread(shared: Arc<Shared>, rx: Receiver<Entry>, atx: Sender<Handled>
         if let Err(e) = &spare {
             tracing::warn!(error = %e, "no spare-segment thread; segments grow with each append");
         }
-        append_loop(&shared, rx, atx, seg, req_tx, done_rx);
+        append_loop(&shared, rx, &lanes, seg, req_tx, done_rx);
     });
 }
 
@@ -852,7 +862,7 @@ fn prepare_spare(dir: &Path, stop: &AtomicBool, size: u64) -> Result<File, Strin
 fn append_loop(
     shared: &Shared,
     rx: Receiver<Entry>,
-    atx: Sender<Handled>,
+    lanes: &Lanes,
     mut seg: Segment,
     spare_req: Sender<u64>,
     spare_done: Receiver<Result<File, String>>,
@@ -922,7 +932,7 @@ fn append_loop(
             let _ = e.ack.send(Err(err));
         }
         if live.is_empty() {
-            finish_batch(shared, &atx, Vec::new(), failed, last_seq, 0);
+            finish_batch(shared, lanes, Vec::new(), failed, last_seq, 0);
             continue;
         }
         buf.clear();
@@ -989,12 +999,14 @@ fn append_loop(
                     durable.push(Durable { seq: e.seq, op: e.op, frame: Arc::new(e.frame), spans: e.spans });
                     acks.push(e.ack);
                 }
-                // Acknowledge only after the applier has the operations, so a read that waits
-                // for `handled` always finds them on their way.
-                finish_batch(shared, &atx, durable, failed, last_seq, buf.len() as u64);
+                // `handled` moves before the acknowledgements, so a read that follows one waits
+                // until the operations are staged; they are staged after them, so answers do
+                // not wait for the staging.
+                shared.handled.store(last_seq, Ordering::Release);
                 for a in acks {
                     let _ = a.send(Ok(()));
                 }
+                finish_batch(shared, lanes, durable, failed, last_seq, buf.len() as u64);
             }
             Err(err) => {
                 tracing::error!(error = %err, file = %seg.path.display(), "journal append failed; the batch is refused");
@@ -1019,7 +1031,7 @@ fn append_loop(
                     };
                     let _ = e.ack.send(Err(r));
                 }
-                finish_batch(shared, &atx, Vec::new(), failed, last_seq, 0);
+                finish_batch(shared, lanes, Vec::new(), failed, last_seq, 0);
             }
         }
     }
@@ -1027,14 +1039,48 @@ fn append_loop(
 
 fn finish_batch(
     shared: &Shared,
-    atx: &Sender<Handled>,
+    lanes: &Lanes,
     durable: Vec<Durable>,
     failed: Vec<Op>,
     last_seq: u64,
     bytes: u64,
 ) {
-    let _ = atx.send(Handled { durable, failed, last_seq, journal_bytes: bytes });
     shared.handled.store(last_seq, Ordering::Release);
+    lanes.stage(shared, Handled { durable, failed, last_seq, journal_bytes: bytes });
+}
+
+/// Where handled batches are staged. The journal thread stages them itself, right after
+/// answering them: handing each batch to another thread cost a wake-up and a context switch
+/// per batch, which on a small machine was a tenth of a deposit's CPU. A batch with an
+/// operation that must list rows in storage (a deletion, which may read many rows, or wait
+/// while storage reopens) goes to the applier thread instead, and so does every batch after it
+/// until the applier has staged them all: batches are staged in order, and a slow listing never
+/// holds up appends.
+struct Lanes {
+    applier: Arc<Mutex<Applier>>,
+    atx: Sender<Handled>,
+    /// Batches sent to the applier thread and not yet staged.
+    queued: Arc<AtomicUsize>,
+}
+
+impl Lanes {
+    fn stage(&self, shared: &Shared, h: Handled) {
+        let slow = self.queued.load(Ordering::Acquire) > 0
+            || h.durable.iter().any(|d| sled_store::lists_rows(&d.op));
+        if slow {
+            self.queued.fetch_add(1, Ordering::AcqRel);
+            match self.atx.send(h) {
+                Ok(()) => return,
+                Err(mpsc::SendError(h)) => {
+                    // The applier thread is gone (it had nowhere to hand tables): staged here.
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    self.applier.lock().take(shared, Some(h));
+                }
+            }
+            return;
+        }
+        self.applier.lock().take(shared, Some(h));
+    }
 }
 
 /// Starts segment `first_seq`: the zero-filled spare, renamed into place, or else an empty file.
@@ -1062,51 +1108,98 @@ fn rotate(shared: &Shared, first_seq: u64, zeroed: Option<File>) -> Result<Segme
 
 /// Stages every durable operation's rows in the memtable, then hands full memtables to the
 /// checkpoint thread.
-fn applier_thread(shared: Arc<Shared>, arx: Receiver<Handled>, ctx: Sender<Arc<Memtable>>, every: Duration) {
-    let mut since_checkpoint = 0u64;
-    let mut last_checkpoint = Instant::now();
+/// Stages the batches the journal thread hands over (see [`Lanes`]), and freezes the table once
+/// it is due by time while no write arrives.
+fn applier_thread(
+    shared: Arc<Shared>,
+    arx: Receiver<Handled>,
+    applier: Arc<Mutex<Applier>>,
+    queued: Arc<AtomicUsize>,
+) {
+    let tick = applier.lock().every.min(Duration::from_millis(500));
     loop {
-        let h = match arx.recv_timeout(every.min(Duration::from_millis(500))) {
+        let h = match arx.recv_timeout(tick) {
             Ok(h) => Some(h),
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => break,
         };
+        let staged = h.is_some();
+        #[cfg(test)]
+        if staged {
+            std::thread::sleep(Duration::from_millis(SLOW_APPLIER_MS.load(Ordering::Acquire)));
+        }
+        let go_on = applier.lock().take(&shared, h);
+        if staged {
+            queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        if !go_on {
+            break;
+        }
+    }
+    applier.lock().close(&shared);
+}
+
+/// Test hook: the applier thread waits this long before each batch it stages.
+#[cfg(test)]
+static SLOW_APPLIER_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Stages durable operations in the memtable and hands full memtables to the checkpoint thread.
+struct Applier {
+    ctx: Sender<Arc<Memtable>>,
+    every: Duration,
+    since_checkpoint: u64,
+    last_checkpoint: Instant,
+}
+
+impl Applier {
+    fn new(ctx: Sender<Arc<Memtable>>, every: Duration) -> Applier {
+        Applier { ctx, every, since_checkpoint: 0, last_checkpoint: Instant::now() }
+    }
+
+    /// Stages a handled batch (if any) and freezes the table when due; false once the
+    /// checkpoint thread is gone.
+    fn take(&mut self, shared: &Shared, h: Option<Handled>) -> bool {
         if let Some(h) = h {
             for d in &h.durable {
-                stage(&shared, d);
+                stage(shared, d);
             }
-            forget_txids(&shared, h.durable.iter().map(|d| &*d.op).chain(h.failed.iter()));
+            forget_txids(shared, h.durable.iter().map(|d| &*d.op).chain(h.failed.iter()));
             shared.processed.store(h.last_seq, Ordering::Release);
             shared.caught_up.notify_waiters();
-            since_checkpoint += h.journal_bytes;
+            self.since_checkpoint += h.journal_bytes;
         }
         let bytes = shared.overlay.active_bytes();
         let due = bytes >= MEMTABLE_BYTES
-            || since_checkpoint >= CHECKPOINT_BYTES
-            || (bytes > 0 && last_checkpoint.elapsed() >= every);
+            || self.since_checkpoint >= CHECKPOINT_BYTES
+            || (bytes > 0 && self.last_checkpoint.elapsed() >= self.every);
         // While appends fail (a full disk) a sled write would fail too, and sled 0.34 refuses
         // everything after a failed write: the rows wait in memory, durable in the journal.
         if due && !shared.append_failing.load(Ordering::Acquire) {
             if let Some(m) = shared.overlay.freeze() {
-                if ctx.send(m).is_err() {
-                    break;
+                if self.ctx.send(m).is_err() {
+                    return false;
                 }
-                since_checkpoint = 0;
-                last_checkpoint = Instant::now();
+                self.since_checkpoint = 0;
+                self.last_checkpoint = Instant::now();
             }
         }
         // Sled fell behind: hold the applier (and with it the reads) rather than grow without bound.
         while shared.overlay.active_bytes() >= MEMTABLE_HARD_BYTES && shared.overlay.has_frozen() {
             std::thread::sleep(Duration::from_millis(1));
         }
+        true
     }
-    let deadline = Instant::now() + SHUTDOWN_WAIT;
-    while shared.overlay.has_frozen() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    if !shared.append_failing.load(Ordering::Acquire) {
-        if let Some(m) = shared.overlay.freeze() {
-            let _ = ctx.send(m);
+
+    /// At shutdown: waits (bounded) for the checkpoint running, then hands over the last table.
+    fn close(&mut self, shared: &Shared) {
+        let deadline = Instant::now() + SHUTDOWN_WAIT;
+        while shared.overlay.has_frozen() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !shared.append_failing.load(Ordering::Acquire) {
+            if let Some(m) = shared.overlay.freeze() {
+                let _ = self.ctx.send(m);
+            }
         }
     }
 }
@@ -1660,6 +1753,30 @@ mod tests {
                 proptest::prop_assert_eq!(a, b);
             }
         }
+    }
+
+    /// A batch handed to the applier thread (it lists rows to delete) is staged before every
+    /// later batch, even one the journal thread could have staged at once: the later write wins.
+    #[test]
+    fn batches_after_a_listing_one_are_staged_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JournalStore::open(dir.path()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        SLOW_APPLIER_MS.store(300, Ordering::Release);
+        // Shape 5: one account and a removal (which lists rows); shape 1: the account alone.
+        // The same user and account, the balance last in `n`.
+        let n = |balance: i64| [5, 7, 11, 13, balance];
+        rt.block_on(store.commit(Box::new(commit(&n(100), 5)), 0)).unwrap();
+        rt.block_on(store.commit(Box::new(commit(&n(200), 1)), 0)).unwrap();
+        let balances = || {
+            let (_, tree) = rt.block_on(store.load_user("user5")).unwrap().unwrap();
+            tree.accounts.values().map(|a| a.balance).collect::<Vec<i64>>()
+        };
+        assert_eq!(balances(), vec![200]);
+        // Once the applier thread is surely done too.
+        std::thread::sleep(Duration::from_millis(700));
+        assert_eq!(balances(), vec![200]);
+        SLOW_APPLIER_MS.store(0, Ordering::Release);
     }
 
     #[test]
