@@ -459,6 +459,84 @@ fn replay_restores_writes_and_deletions_made_since_the_last_checkpoint() {
     assert!(rt.block_on(store.load_user("j2")).unwrap().is_none());
 }
 
+/// A token for `user`.
+fn token_for(addr: SocketAddr, user: &str) -> String {
+    let body = json!({"user_id": user, "role": "user", "exp": 4_000_000_000u64});
+    let (st, v) = request(addr, "POST", "/generate_access_token", None, body);
+    assert_eq!(st, 200, "{v}");
+    v["token"].as_str().expect("token").to_string()
+}
+
+/// Deletions (whose batches, and those after them, the applier thread stages) among several
+/// users' concurrent deposits (which the journal thread stages itself): what the server
+/// answered before a kill -9 is what replay gives back, and every cent is in the main account
+/// once every sub-account is deleted.
+#[test]
+fn deletions_among_concurrent_deposits_are_staged_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut p = spawn_small_segments(&data, "200").unwrap();
+    let addr = p.addr;
+    let users: Vec<(String, String)> = (0..3)
+        .map(|i| {
+            let user = format!("d{i}");
+            let tok = token_for(addr, &user);
+            let (st, v) = request(addr, "POST", "/register", Some(&tok), json!({"user_id": user}));
+            assert_eq!(st, 200, "{v}");
+            (tok, v["uuid"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let post = |tok: &str, path: &str, body: Value| {
+        let (st, v) = request(addr, "POST", path, Some(tok), body);
+        assert_eq!(st, 200, "{path}: {v}");
+        v
+    };
+    std::thread::scope(|s| {
+        for (tok, main) in &users {
+            for _ in 0..2 {
+                s.spawn(move || {
+                    for _ in 0..150 {
+                        post(tok, "/deposit", json!({"uuid": main, "amount": 1, "channel": "c"}));
+                    }
+                });
+            }
+            s.spawn(move || {
+                for i in 0..15 {
+                    let body = json!({"parent_uuid": main, "name": format!("S{i}"), "allocation": 0.5});
+                    let sub = post(tok, "/add_sub_account", body)["uuid"].as_str().unwrap().to_string();
+                    for _ in 0..3 {
+                        post(tok, "/deposit", json!({"uuid": sub, "amount": 2, "channel": "c"}));
+                    }
+                    let path = format!("/delete?uuid={sub}");
+                    let (st, v) = request(addr, "DELETE", &path, Some(tok), Value::Null);
+                    assert_eq!(st, 200, "{v}");
+                }
+            });
+        }
+    });
+    let read = |addr: SocketAddr| {
+        let mut out = Vec::new();
+        for (tok, main) in &users {
+            for path in ["/get_minimal_tree".to_string(), format!("/get_transactions?uuid={main}&limit=1000")]
+            {
+                let r = proc::send(addr, "GET", &path, Some(tok), &[], "").unwrap();
+                assert_eq!(r.status, 200, "{path}: {}", r.text);
+                out.push(r.text.split(",\"start_time\"").next().unwrap_or("").to_string());
+            }
+        }
+        out
+    };
+    let before = read(addr);
+    p.kill();
+    let p = spawn_small_segments(&data, "200").unwrap();
+    assert_eq!(read(p.addr), before);
+    for (tok, main) in &users {
+        let (st, v) = request(p.addr, "GET", &format!("/get_balance?uuid={main}"), Some(tok), Value::Null);
+        // 2 x 150 deposits of 1, and 15 x 3 of 2 into sub-accounts since deleted into main.
+        assert_eq!((st, v["balance"].to_string()), (200, "390".to_string()), "{v}");
+    }
+}
+
 /// Each thread of process `pid` as (name, nice value), from /proc.
 fn thread_niceness(pid: u32) -> Vec<(String, i64)> {
     let mut out = Vec::new();
