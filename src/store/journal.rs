@@ -1064,20 +1064,19 @@ struct Lanes {
 }
 
 impl Lanes {
-    fn stage(&self, shared: &Shared, h: Handled) {
+    fn stage(&self, shared: &Shared, mut h: Handled) {
         let slow = self.queued.load(Ordering::Acquire) > 0
             || h.durable.iter().any(|d| sled_store::lists_rows(&d.op));
         if slow {
             self.queued.fetch_add(1, Ordering::AcqRel);
             match self.atx.send(h) {
                 Ok(()) => return,
-                Err(mpsc::SendError(h)) => {
-                    // The applier thread is gone (it had nowhere to hand tables): staged here.
+                // The applier thread is gone (only when stopping, once checkpoints ended): here.
+                Err(mpsc::SendError(back)) => {
                     self.queued.fetch_sub(1, Ordering::AcqRel);
-                    self.applier.lock().take(shared, Some(h));
+                    h = back;
                 }
             }
-            return;
         }
         self.applier.lock().take(shared, Some(h));
     }
@@ -1106,8 +1105,6 @@ fn rotate(shared: &Shared, first_seq: u64, zeroed: Option<File>) -> Result<Segme
     Ok(Segment { file, path: p, pos: 0, cap, first_seq })
 }
 
-/// Stages every durable operation's rows in the memtable, then hands full memtables to the
-/// checkpoint thread.
 /// Stages the batches the journal thread hands over (see [`Lanes`]), and freezes the table once
 /// it is due by time while no write arrives.
 fn applier_thread(
@@ -1183,7 +1180,8 @@ impl Applier {
                 self.last_checkpoint = Instant::now();
             }
         }
-        // Sled fell behind: hold the applier (and with it the reads) rather than grow without bound.
+        // Sled fell behind: hold the staging (and with it the reads and, on the journal thread,
+        // the writes) rather than grow without bound.
         while shared.overlay.active_bytes() >= MEMTABLE_HARD_BYTES && shared.overlay.has_frozen() {
             std::thread::sleep(Duration::from_millis(1));
         }
