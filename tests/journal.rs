@@ -20,7 +20,12 @@ fn spawn(dir: &Path) -> Result<Proc, String> {
 }
 
 fn token(addr: SocketAddr) -> String {
-    let body = json!({"user_id": "j1", "role": "user", "exp": 4_000_000_000u64});
+    token_for(addr, "j1")
+}
+
+/// A token for `user`.
+fn token_for(addr: SocketAddr, user: &str) -> String {
+    let body = json!({"user_id": user, "role": "user", "exp": 4_000_000_000u64});
     let (st, v) = request(addr, "POST", "/generate_access_token", None, body);
     assert_eq!(st, 200, "{v}");
     v["token"].as_str().expect("token").to_string()
@@ -457,14 +462,6 @@ fn replay_restores_writes_and_deletions_made_since_the_last_checkpoint() {
     assert_eq!((rows(&needs), rows(&rent)), (0, 0));
     assert!(rows(&fun) >= 50, "{}", rows(&fun));
     assert!(rt.block_on(store.load_user("j2")).unwrap().is_none());
-}
-
-/// A token for `user`.
-fn token_for(addr: SocketAddr, user: &str) -> String {
-    let body = json!({"user_id": user, "role": "user", "exp": 4_000_000_000u64});
-    let (st, v) = request(addr, "POST", "/generate_access_token", None, body);
-    assert_eq!(st, 200, "{v}");
-    v["token"].as_str().expect("token").to_string()
 }
 
 /// Deletions (whose batches, and those after them, the applier thread stages) among several
