@@ -932,7 +932,7 @@ fn append_loop(
             let _ = e.ack.send(Err(err));
         }
         if live.is_empty() {
-            finish_batch(shared, lanes, Vec::new(), failed, last_seq, 0);
+            finish_batch(shared, lanes, Vec::new(), Vec::new(), failed, last_seq, 0);
             continue;
         }
         buf.clear();
@@ -999,14 +999,7 @@ fn append_loop(
                     durable.push(Durable { seq: e.seq, op: e.op, frame: Arc::new(e.frame), spans: e.spans });
                     acks.push(e.ack);
                 }
-                // `handled` moves before the acknowledgements, so a read that follows one waits
-                // until the operations are staged; they are staged after them, so answers do
-                // not wait for the staging.
-                shared.handled.store(last_seq, Ordering::Release);
-                for a in acks {
-                    let _ = a.send(Ok(()));
-                }
-                finish_batch(shared, lanes, durable, failed, last_seq, buf.len() as u64);
+                finish_batch(shared, lanes, durable, acks, failed, last_seq, buf.len() as u64);
             }
             Err(err) => {
                 tracing::error!(error = %err, file = %seg.path.display(), "journal append failed; the batch is refused");
@@ -1031,21 +1024,28 @@ fn append_loop(
                     };
                     let _ = e.ack.send(Err(r));
                 }
-                finish_batch(shared, lanes, Vec::new(), failed, last_seq, 0);
+                finish_batch(shared, lanes, Vec::new(), Vec::new(), failed, last_seq, 0);
             }
         }
     }
 }
 
+/// Ends a batch: answers its durable operations (`acks`) and stages them. `handled` moves
+/// before the answers, so a read that follows one waits until the operations are staged; they
+/// are staged after them, so answers do not wait for the staging.
 fn finish_batch(
     shared: &Shared,
     lanes: &Lanes,
     durable: Vec<Durable>,
+    acks: Vec<tokio::sync::oneshot::Sender<Result<(), StoreError>>>,
     failed: Vec<Op>,
     last_seq: u64,
     bytes: u64,
 ) {
     shared.handled.store(last_seq, Ordering::Release);
+    for a in acks {
+        let _ = a.send(Ok(()));
+    }
     lanes.stage(shared, Handled { durable, failed, last_seq, journal_bytes: bytes });
 }
 
