@@ -1255,18 +1255,22 @@ impl Rows for NoRows {
 fn checkpoint_thread(shared: Arc<Shared>, crx: Receiver<Arc<Memtable>>) {
     yield_to_requests();
     while let Ok(m) = crx.recv() {
+        let (started, bytes) = (Instant::now(), m.bytes());
         let mut pace = Pace::new(&shared);
         if !write_table(&shared, &m, &mut pace) {
             // Stopping with the table unwritten: keep it readable and the journal whole.
             break;
         }
+        let written = started.elapsed();
         checkpoint(&shared);
+        let flushed = started.elapsed();
         shared.overlay.release_frozen();
         // Freed here, paced. Reads look at the frozen table under the overlay's lock and keep
         // no reference to it, and the overlay let go of its own above: this one is the last.
         if let Ok(table) = Arc::try_unwrap(m) {
             table.drop_paced(|| pace.tick());
         }
+        tracing::debug!(bytes, ?written, ?flushed, took = ?started.elapsed(), "checkpoint taken");
     }
 }
 
