@@ -94,6 +94,10 @@ const PREPARE_SHARE: u64 = 64;
 const SPARE_NAME: &str = "spare.tmp";
 /// A failed spare (too little free space, an I/O error) is tried again after this long.
 const SPARE_RETRY: Duration = Duration::from_secs(10);
+/// Bytes of zeros written between a spare segment's syncs: a journal sync waits behind what is
+/// in flight. Measured at 128 connections, 15 s after 20 s of load, four runs each: syncs over
+/// 5 ms were 27-54 at 8 MiB, 16-33 at 1 MiB.
+const SPARE_SYNC_STEP: u64 = 1 << 20;
 /// Most operations in one append + sync (bounds a batch's memory and latency).
 const MAX_BATCH: usize = 4096;
 /// Sled is written and flushed, and covered segments deleted, at least this often while writes
@@ -836,7 +840,7 @@ fn prepare_spare(dir: &Path, stop: &AtomicBool, size: u64) -> Result<File, Strin
     }
     let fill = || -> std::io::Result<File> {
         let f = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
-        let zeros = vec![0u8; 1 << 20];
+        let zeros = vec![0u8; SPARE_SYNC_STEP as usize];
         let mut at = 0u64;
         while at < size {
             if stop.load(Ordering::Acquire) {
@@ -846,9 +850,7 @@ fn prepare_spare(dir: &Path, stop: &AtomicBool, size: u64) -> Result<File, Strin
             std::os::unix::fs::FileExt::write_all_at(&f, &zeros[..n], at)?;
             at += n as u64;
             // Written out as it goes, so no large burst of dirty pages delays the journal's syncs.
-            if at.is_multiple_of(8 << 20) {
-                f.sync_data()?;
-            }
+            f.sync_data()?;
         }
         f.sync_all()?;
         Ok(f)
