@@ -22,9 +22,9 @@ const RUN_MAX: usize = 128;
 /// Most value bytes joined into one run. Why: sled 0.34 splits a leaf only past 16 entries and
 /// writes a page over a quarter of its 512 KiB segment to a file of its own (a blob), which
 /// its flush never syncs; with runs of up to 128 records, leaves grew to 130-250 KB and every
-/// rewrite of one created and deleted such a file (about 30 a second at 25k deposits/s). At
+/// rewrite of one created and deleted such a file (over 30 a second at 26k deposits/s). At
 /// 4 KiB a full leaf of runs stays near half that limit.
-pub const RUN_BYTES: usize = 4 << 10;
+const RUN_BYTES: usize = 4 << 10;
 
 /// An open run: its first key, the next sequence number, the values it joins, their bytes.
 type Run<'a> = (RowKey<'a>, u64, Vec<&'a Val>, usize);
