@@ -224,7 +224,7 @@ fn segment_path(dir: &Path, first_seq: u64) -> PathBuf {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io(dir, e))
+    super::sync_path(dir).map_err(|e| io(dir, e))
 }
 
 /// A frame without its sequence number: the costly part (encoding, payload checksum), done on

@@ -21,6 +21,11 @@ use serde::{Deserialize, Serialize};
 use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{AccountId, Ledger, Text, Tree};
 
+/// Syncs a file or a directory (a directory: its entries) to stable storage.
+fn sync_path(p: &std::path::Path) -> std::io::Result<()> {
+    std::fs::File::open(p).and_then(|f| f.sync_all())
+}
+
 #[derive(Debug)]
 pub enum StoreError {
     Engine(String),

@@ -3,7 +3,7 @@
 //! from, are one atomic `apply_batch`. Key layout and encoding (`codec`) stay inside.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -296,13 +296,10 @@ impl SledStore {
         self.flush()
     }
 
-    /// Makes everything applied so far durable in sled.
-    ///
-    /// sled 0.34 writes a page over a quarter of its 512 KiB segment to a file of its own
-    /// (`blobs/<lsn>`) and its flush syncs only its main file: blob files, and their directory
-    /// entries, would be lost with power after a checkpoint let the journal go. So the blobs
-    /// written since the last flush are synced here too. Runs stop at [`RUN_BYTES`] so that
-    /// there are normally none.
+    /// Makes everything applied so far durable in sled, blob files included: sled 0.34's own
+    /// flush syncs only its main file, not the files it writes large pages to (`blobs/<lsn>`,
+    /// see [`RUN_BYTES`]), nor their directory entries, which a power loss after a checkpoint
+    /// let the journal go would take.
     pub fn flush(&self) -> Result<(), StoreError> {
         self.db.flush().map_err(eng)?;
         self.sync_blobs()
@@ -322,7 +319,7 @@ impl SledStore {
             let e = e.map_err(|e| fail(&self.blobs, e))?;
             let Some(n) = e.file_name().to_str().and_then(|n| n.parse::<u64>().ok()) else { continue };
             if !synced.as_ref().is_some_and(|s| s.contains(&n)) {
-                match File::open(e.path()).and_then(|f| f.sync_all()) {
+                match super::sync_path(&e.path()) {
                     Ok(()) => fresh = true,
                     // Collected by sled meanwhile: nothing of it is needed.
                     Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
@@ -336,7 +333,7 @@ impl SledStore {
         if fresh || first {
             let dirs = [Some(self.blobs.as_path()), self.blobs.parent().filter(|_| first)];
             for d in dirs.into_iter().flatten() {
-                File::open(d).and_then(|f| f.sync_all()).map_err(|e| fail(d, e))?;
+                super::sync_path(d).map_err(|e| fail(d, e))?;
             }
         }
         *synced = Some(now);
