@@ -192,6 +192,8 @@ struct Shared {
     append_failing: AtomicBool,
     /// Test hook: the next append fails as a full disk would.
     fail_next_append: AtomicBool,
+    /// Test hook: that failure waits until this channel's sender sends or is dropped.
+    failure_gate: Mutex<Option<mpsc::Receiver<()>>>,
     /// Bytes per journal segment.
     segment_bytes: u64,
 }
@@ -545,6 +547,7 @@ impl JournalStore {
             stopping: AtomicBool::new(false),
             append_failing: AtomicBool::new(false),
             fail_next_append: AtomicBool::new(false),
+            failure_gate: Mutex::new(None),
             segment_bytes: opts.segment_bytes,
         });
         let (tx, rx) = mpsc::channel::<Entry>();
@@ -585,6 +588,15 @@ impl JournalStore {
     /// Test hook: make the next append fail as a full disk would.
     pub fn fail_next_append(&self) {
         self.shared.fail_next_append.store(true, Ordering::SeqCst);
+    }
+
+    /// Test hook: [`Self::fail_next_append`], with the failure answered only once the returned
+    /// sender sends or is dropped (so a test can act while the failing write is in flight).
+    pub fn fail_next_append_when_released(&self) -> mpsc::Sender<()> {
+        let (tx, rx) = mpsc::channel();
+        *self.shared.failure_gate.lock() = Some(rx);
+        self.fail_next_append();
+        tx
     }
 
     /// Every user id (`pfm migrate`).
@@ -983,6 +995,9 @@ fn append_loop(
             spare = Spare::Pending;
         }
         let written = if shared.fail_next_append.swap(false, Ordering::SeqCst) {
+            if let Some(gate) = shared.failure_gate.lock().take() {
+                let _ = gate.recv();
+            }
             Err(std::io::Error::from_raw_os_error(28)) // ENOSPC, as a full disk answers
         } else {
             let _timer = crate::metrics::flush_timer();

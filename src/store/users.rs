@@ -710,13 +710,17 @@ mod tests {
         rt.block_on(async {
             let g = users.lock("u").await.unwrap();
             g.create(rec(1, 11), Tree::new_user(11, 500)).await.unwrap();
-            journal.fail_next_append();
-            let removal = async { users.lock("u").await.unwrap().delete_user().await };
+            // The removal's append fails, but only once `again` has read the state it left.
+            let release = journal.fail_next_append_when_released();
+            // Taken first, so `again` queues behind it whichever future is polled first.
+            let held = users.lock("u").await.unwrap();
+            let removal = held.delete_user();
             // Queued once the removal has released the lock (before it is durable): it sees
             // no user, and registers anew.
             let again = async {
                 let g = users.lock("u").await.unwrap();
                 assert!(g.current.is_none());
+                drop(release);
                 g.create(rec(2, 22), Tree::new_user(22, 7)).await
             };
             let (removed, registered) = tokio::join!(removal, again);
