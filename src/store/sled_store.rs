@@ -41,6 +41,9 @@ fn close_run(run: Option<Run<'_>>, out: &mut Vec<Row>) -> Result<(), StoreError>
     Ok(())
 }
 
+/// How long [`SledStore::close`] waits for sled to let go of its file lock.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub struct SledStore {
     db: sled::Db,
     id_secret: [u64; 2],
@@ -294,6 +297,31 @@ impl SledStore {
         close_run(run, &mut out)?;
         self.apply_rows(out.iter().map(|(k, v)| (&**k, v.as_ref())), Some(last_seq))?;
         self.flush()
+    }
+
+    /// Drops the handle, then waits (at most `CLOSE_WAIT`) until sled's file lock is free: sled's
+    /// I/O threads let go of the file a moment after the handle goes, and whoever opens the
+    /// directory next in this process (a restart, a reopen after a failed checkpoint) needs it.
+    pub fn close(self) {
+        let file = self.blobs.with_file_name("db");
+        drop(self);
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        loop {
+            let probe = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&file)
+                .and_then(|f| fs2::FileExt::try_lock_exclusive(&f));
+            match probe {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(2))
+                }
+                // Free (the probe's lock goes with its handle), gone, or still held past the wait.
+                _ => return,
+            }
+        }
     }
 
     /// Makes everything applied so far durable in sled, blob files included: sled 0.34's own
@@ -681,7 +709,8 @@ mod tests {
         let held = lock_failure(&dir.path().join("db"), &sled_err).to_string();
         assert!(held.contains("is in use by another process"), "{held}");
         assert!(SledStore::open(dir.path()).err().unwrap().to_string().contains("in use"));
-        drop(store);
+        // Closed, the directory's lock is free at once (a plain drop frees it a moment later).
+        store.close();
         let free = lock_failure(&dir.path().join("db"), &sled_err).to_string();
         assert!(free.contains("it is free now"), "{free}");
         let missing = lock_failure(&dir.path().join("nowhere"), &sled_err).to_string();
