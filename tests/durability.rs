@@ -147,6 +147,9 @@ fn lock_wait_timeout_is_a_500_without_side_effects_and_the_server_keeps_serving(
     // Reads do not wait for writers.
     assert_eq!(s.balance(&tok, &main), "0");
     drop(held);
+    // A row lock (PostgreSQL) goes with its connection a moment after the guard: the next write
+    // may wait for it as long as any write would.
+    app.users.set_lock_wait(pfm::store::users::LOCK_WAIT);
     s.deposit(&tok, &main, "10").ok();
     assert_eq!(s.balance(&tok, &main), "10");
     assert_eq!(s.txs(&tok, &main).len(), 1);

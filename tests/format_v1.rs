@@ -116,13 +116,13 @@ fn a_newer_storage_format_refuses_to_start_with_a_clear_message() {
     cfg.jwt_secret = Some(common::SECRET.into());
     let clock = std::sync::Arc::new(pfm::clock::ManualClock::at_secs(common::T0));
     // sled releases its file lock from a background thread after the handle above is dropped.
-    let mut err = String::new();
-    for _ in 0..100 {
-        err = pfm::start(cfg.clone(), clock.clone()).err().expect("refuses to start").to_string();
-        if !err.contains("could not acquire lock") {
-            break;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let err = loop {
+        let err = pfm::start(cfg.clone(), clock.clone()).err().expect("refuses to start").to_string();
+        if !err.contains("could not acquire lock") || std::time::Instant::now() > deadline {
+            break err;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    };
     assert!(err.contains("storage format 99") && err.contains("upgrade pfm"), "{err}");
 }

@@ -109,12 +109,18 @@ fn a_key_whose_first_request_still_runs_is_a_409() {
     let s = Srv::start();
     let (tok, main) = s.user("id_running", "0");
     let app = s.run.as_ref().unwrap().app.clone();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // Multi-threaded: connections opened here (PostgreSQL) keep being driven between block_ons.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     // Hold the user's write lock: the first request waits for it, holding its key.
     let held = rt.block_on(app.users.lock("id_running")).unwrap();
     let first = std::thread::scope(|scope| {
         let first = scope.spawn(|| deposit(&s, &tok, "slow", &main, "5"));
-        std::thread::sleep(std::time::Duration::from_millis(400));
+        // Until the first request has marked its key running (it then waits for the lock).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !app.users.idem_running("id_running", "slow") {
+            assert!(std::time::Instant::now() < deadline, "the first request never marked its key");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert!(!first.is_finished());
         deposit(&s, &tok, "slow", &main, "5").fails(409, RUNNING);
         // Even with other parameters: the key is busy.
@@ -290,10 +296,13 @@ fn server_errors_are_not_kept_so_a_retry_runs() {
     }
     // A lock timeout (500) is not kept either.
     app.users.set_lock_wait(std::time::Duration::from_millis(100));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // Multi-threaded: connections opened here (PostgreSQL) keep being driven between block_ons.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let held = rt.block_on(app.users.lock("id_5xx")).unwrap();
     deposit(&s, &tok, "locked", &main, "1").fails(500, "Deposit failed: internal error");
     drop(held);
+    // A row lock (PostgreSQL) goes with its connection a moment after the guard.
+    app.users.set_lock_wait(pfm::store::users::LOCK_WAIT);
     deposit(&s, &tok, "locked", &main, "1").ok();
     assert_eq!(s.balance(&tok, &main), "9");
     // Now kept.

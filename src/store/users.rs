@@ -342,6 +342,11 @@ impl Users {
         self.store.read_changes(st.user.user_no, after, upto.min(st.knowledge), max).await
     }
 
+    /// Whether a request with idempotency key `key` of `user_id` runs now (tests wait on it).
+    pub fn idem_running(&self, user_id: &str, key: &str) -> bool {
+        self.slot(user_id).idem_running.lock().contains(key)
+    }
+
     /// Checks `key` (request hash `fingerprint`) of `user_id` before its request runs. Keys
     /// older than [`IDEM_TTL_US`] at `now_us` count as absent.
     pub async fn idem_begin(
