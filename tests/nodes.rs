@@ -414,6 +414,11 @@ impl Relay {
                             match from.read(&mut buf) {
                                 Ok(0) => break,
                                 Ok(n) => {
+                                    // Bytes read as the relay froze wait for it to thaw, like
+                                    // everything after them.
+                                    while f.load(Ordering::SeqCst) {
+                                        std::thread::sleep(Duration::from_millis(10));
+                                    }
                                     if to.write_all(&buf[..n]).is_err() {
                                         break;
                                     }
@@ -451,7 +456,7 @@ fn a_database_that_stops_answering_gets_503_not_a_hang() {
     let (tok, main) = user(&n, &n, "hung", 0);
     ok(deposit(&n, &tok, &main, 5, "before").expect("node answers"));
     relay.frozen.store(true, Ordering::SeqCst);
-    // Every relay thread past its current read (20 ms at most).
+    // Every relay thread past a write it began before the freeze (bytes read after it wait).
     std::thread::sleep(Duration::from_millis(200));
     let started = Instant::now();
     let answers: Vec<(u16, Value)> = std::thread::scope(|s| {

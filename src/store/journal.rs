@@ -194,6 +194,9 @@ struct Shared {
     fail_next_append: AtomicBool,
     /// Test hook: that failure waits until this channel's sender sends or is dropped.
     failure_gate: Mutex<Option<mpsc::Receiver<()>>>,
+    /// Test hook: the applier thread waits this long before each batch it stages.
+    #[cfg(test)]
+    slow_applier_ms: AtomicU64,
     /// Bytes per journal segment.
     segment_bytes: u64,
 }
@@ -548,6 +551,8 @@ impl JournalStore {
             append_failing: AtomicBool::new(false),
             fail_next_append: AtomicBool::new(false),
             failure_gate: Mutex::new(None),
+            #[cfg(test)]
+            slow_applier_ms: AtomicU64::new(0),
             segment_bytes: opts.segment_bytes,
         });
         let (tx, rx) = mpsc::channel::<Entry>();
@@ -1145,7 +1150,7 @@ fn applier_thread(
         let staged = h.is_some();
         #[cfg(test)]
         if staged {
-            std::thread::sleep(Duration::from_millis(SLOW_APPLIER_MS.load(Ordering::Acquire)));
+            std::thread::sleep(Duration::from_millis(shared.slow_applier_ms.load(Ordering::Acquire)));
         }
         let go_on = applier.lock().take(&shared, h);
         if staged {
@@ -1157,10 +1162,6 @@ fn applier_thread(
     }
     applier.lock().close(&shared);
 }
-
-/// Test hook: the applier thread waits this long before each batch it stages.
-#[cfg(test)]
-static SLOW_APPLIER_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Stages durable operations in the memtable and hands full memtables to the checkpoint thread.
 struct Applier {
@@ -1788,7 +1789,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = JournalStore::open(dir.path()).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        SLOW_APPLIER_MS.store(300, Ordering::Release);
+        // This store's applier only (a static would slow every store of a `cargo test` process).
+        store.shared.slow_applier_ms.store(300, Ordering::Release);
         // Shape 5: one account and a removal (which lists rows); shape 1: the account alone.
         // The same user and account, the balance last in `n`.
         let n = |balance: i64| [5, 7, 11, 13, balance];
@@ -1802,7 +1804,6 @@ mod tests {
         // Once the applier thread is surely done too.
         std::thread::sleep(Duration::from_millis(700));
         assert_eq!(balances(), vec![200]);
-        SLOW_APPLIER_MS.store(0, Ordering::Release);
     }
 
     /// A dropped store leaves its directory free: a restart in the same process opens it at
