@@ -568,8 +568,7 @@ fn a_streamed_answer_to_http_1_0_says_it_closes() {
 
 /// Whether `out` holds a whole answer head and as many body bytes as its Content-Length says.
 fn answer_is_whole(out: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(out);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else { return false };
+    let Some((head, body)) = common::split_answer(out) else { return false };
     let len = head.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
         k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok()).flatten()

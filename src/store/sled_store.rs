@@ -57,12 +57,7 @@ pub struct SledStore {
 /// lock"), so the lock is tried again here to tell a holder elsewhere from another cause.
 fn lock_failure(path: &Path, e: &std::io::Error) -> StoreError {
     let file = path.join("db");
-    let probe = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&file)
-        .and_then(|f| fs2::FileExt::try_lock_exclusive(&f));
-    StoreError::Engine(match probe {
+    StoreError::Engine(match try_lock(&file) {
         Err(p) if p.kind() == std::io::ErrorKind::WouldBlock => {
             format!("{} is in use by another process: {e}", path.display())
         }
@@ -72,6 +67,12 @@ fn lock_failure(path: &Path, e: &std::io::Error) -> StoreError {
             format!("could not lock {} ({e}); it is free now, so starting again may work", file.display())
         }
     })
+}
+
+/// Takes and at once lets go of the exclusive lock sled holds on `file`, its main file (the
+/// probe's lock goes with its handle): `WouldBlock` while a handle elsewhere holds it.
+fn try_lock(file: &Path) -> std::io::Result<()> {
+    OpenOptions::new().read(true).write(true).open(file).and_then(|f| fs2::FileExt::try_lock_exclusive(&f))
 }
 
 /// Storage that cannot be opened or lost writes it once held: refuse to start, naming its files.
@@ -307,18 +308,13 @@ impl SledStore {
         drop(self);
         let deadline = std::time::Instant::now() + CLOSE_WAIT;
         loop {
-            let probe = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&file)
-                .and_then(|f| fs2::FileExt::try_lock_exclusive(&f));
-            match probe {
+            match try_lock(&file) {
                 Err(e)
                     if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline =>
                 {
                     std::thread::sleep(std::time::Duration::from_millis(2))
                 }
-                // Free (the probe's lock goes with its handle), gone, or still held past the wait.
+                // Free, gone, or still held past the wait.
                 _ => return,
             }
         }
