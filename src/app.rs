@@ -47,9 +47,14 @@ fn stored_secret(dir: &Path) -> std::io::Result<String> {
         opts.mode(0o600);
     }
     use std::io::Write;
-    let mut f = opts.open(&path)?;
+    // Written aside and renamed, the rename synced: a power cut leaves the old secret or the
+    // new one, never a torn one or none (which would void every token issued with it).
+    let tmp = dir.join("jwt_secret.tmp");
+    let mut f = opts.open(&tmp)?;
     f.write_all(hex.as_bytes())?;
     f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    crate::store::sync_parent(&path)?;
     tracing::info!(path = %path.display(), "generated a new JWT secret");
     Ok(hex)
 }
@@ -67,7 +72,6 @@ impl App {
                 (Arc::new(pg), None, Some(secret))
             }
             None => {
-                std::fs::create_dir_all(&cfg.data_dir)?;
                 let opts = JournalOptions {
                     checkpoint_every: std::time::Duration::from_millis(cfg.checkpoint_interval_ms),
                     segment_bytes: cfg.journal_segment_bytes,

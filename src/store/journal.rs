@@ -514,9 +514,10 @@ impl JournalStore {
     /// As [`JournalStore::open`], with the given checkpoint interval and segment size.
     pub fn open_with(dir: &Path, opts: JournalOptions) -> Result<JournalStore, StoreError> {
         let checkpoint_every = opts.checkpoint_every;
+        super::create_dir_durable(dir).map_err(|e| io(dir, e))?;
         let sled = SledStore::open(dir)?;
         let jdir = dir.join("journal");
-        std::fs::create_dir_all(&jdir).map_err(|e| io(&jdir, e))?;
+        super::create_dir_durable(&jdir).map_err(|e| io(&jdir, e))?;
         let last_seq = replay(&sled, &jdir)?;
         // A spare left by an earlier run may be half filled: the next one starts afresh. A
         // segment an earlier run was deleting is covered by its checkpoint.

@@ -29,7 +29,6 @@ impl Side {
         if is_url(s) {
             Ok(Side::Pg(PgStore::open(s)?))
         } else {
-            std::fs::create_dir_all(s).map_err(|e| StoreError::Engine(format!("{s}: {e}")))?;
             Ok(Side::Dir(JournalStore::open(Path::new(s))?))
         }
     }

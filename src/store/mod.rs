@@ -26,6 +26,33 @@ fn sync_path(p: &std::path::Path) -> std::io::Result<()> {
     std::fs::File::open(p).and_then(|f| f.sync_all())
 }
 
+/// Syncs the directory that holds `p`'s name: a file's own sync does not make its name durable,
+/// and a power cut takes a name no directory sync covered (with everything under it).
+pub fn sync_parent(p: &std::path::Path) -> std::io::Result<()> {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => sync_path(d),
+        _ => sync_path(std::path::Path::new(".")),
+    }
+}
+
+/// Creates `dir` and any missing parents so that they survive a power cut: each directory
+/// created is synced, and so is the parent that holds its name.
+pub fn create_dir_durable(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
+        missing.push(d);
+        at = d.parent();
+    }
+    std::fs::create_dir_all(dir)?;
+    // Deepest first, so that each name is synced after what it names holds its own entries.
+    for d in &missing {
+        sync_path(d)?;
+        sync_parent(d)?;
+    }
+    Ok(())
+}
+
 #[derive(Debug)]
 pub enum StoreError {
     Engine(String),

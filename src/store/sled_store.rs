@@ -127,6 +127,11 @@ impl SledStore {
             blobs: path.join("blobs"),
             blobs_synced: parking_lot::Mutex::new(None),
         };
+        // sled creates its directory and files without syncing their names: a fresh database
+        // would vanish whole at a power cut, whatever its own syncs made durable.
+        super::sync_path(&path).and_then(|_| super::sync_parent(&path)).map_err(|e| {
+            StoreError::Engine(format!("syncing {}: {e}", path.display()))
+        })?;
         store.check_format(&path)?;
         store.id_secret = store.load_id_secret()?;
         Ok(store)

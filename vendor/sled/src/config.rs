@@ -678,6 +678,9 @@ impl Config {
         io_fail!(self, "write_config crc");
         f.write_all(&crc_arr)?;
         io_fail!(self, "write_config post");
+        // pfm patch: the config must be durable, and its name, before anything relies on it.
+        f.sync_all()?;
+        sync_parent(&self.config_path())?;
         Ok(())
     }
 
@@ -862,4 +865,12 @@ fn crate_version() -> (usize, usize) {
     let major = parts.next().unwrap().parse().unwrap();
     let minor = parts.next().unwrap().parse().unwrap();
     (major, minor)
+}
+
+/// pfm patch: makes the directory entry of `path` durable (a file's own fsync does not).
+pub(crate) fn sync_parent(path: &std::path::Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => fs::File::open(d)?.sync_all(),
+        _ => Ok(()),
+    }
 }

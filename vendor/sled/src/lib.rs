@@ -83,77 +83,9 @@
 #![doc(
     html_logo_url = "https://raw.githubusercontent.com/spacejam/sled/master/art/tree_face_anti-transphobia.png"
 )]
-#![deny(
-    missing_docs,
-    future_incompatible,
-    nonstandard_style,
-    rust_2018_idioms,
-    missing_copy_implementations,
-    trivial_casts,
-    trivial_numeric_casts,
-    unsafe_code,
-    unused_qualifications
-)]
-#![deny(
-    // over time, consider enabling the commented-out lints below
-    clippy::cast_lossless,
-    clippy::cast_possible_truncation,
-    clippy::cast_possible_wrap,
-    clippy::cast_precision_loss,
-    clippy::cast_sign_loss,
-    clippy::checked_conversions,
-    clippy::decimal_literal_representation,
-    clippy::doc_markdown,
-    // clippy::else_if_without_else,
-    clippy::empty_enum,
-    clippy::explicit_into_iter_loop,
-    clippy::explicit_iter_loop,
-    clippy::expl_impl_clone_on_copy,
-    clippy::fallible_impl_from,
-    clippy::filter_map,
-    clippy::filter_map_next,
-    clippy::find_map,
-    clippy::float_arithmetic,
-    clippy::get_unwrap,
-    clippy::if_not_else,
-    // clippy::indexing_slicing,
-    clippy::inline_always,
-    //clippy::integer_arithmetic,
-    clippy::invalid_upcast_comparisons,
-    clippy::items_after_statements,
-    clippy::map_entry,
-    clippy::map_flatten,
-    clippy::match_same_arms,
-    clippy::maybe_infinite_iter,
-    clippy::mem_forget,
-    // clippy::missing_const_for_fn,
-    // clippy::missing_docs_in_private_items,
-    clippy::module_name_repetitions,
-    clippy::multiple_inherent_impl,
-    clippy::mut_mut,
-    clippy::needless_borrow,
-    clippy::needless_continue,
-    clippy::needless_pass_by_value,
-    clippy::non_ascii_literal,
-    clippy::path_buf_push_overwrite,
-    clippy::print_stdout,
-    clippy::pub_enum_variant_names,
-    clippy::redundant_closure_for_method_calls,
-    clippy::shadow_reuse,
-    clippy::shadow_same,
-    clippy::shadow_unrelated,
-    clippy::single_match_else,
-    clippy::string_add,
-    clippy::string_add_assign,
-    clippy::type_repetition_in_bounds,
-    clippy::unicode_not_nfc,
-    // clippy::unimplemented,
-    clippy::unseparated_literal_suffix,
-    clippy::used_underscore_binding,
-    clippy::wildcard_dependencies,
-    // clippy::wildcard_enum_match_arm,
-    clippy::wrong_pub_self_convention,
-)]
+// pfm patch: built as a path dependency, sled's lints are not capped as a registry crate's
+// are, and its `deny` list fails on today's compiler; its code is as published.
+#![allow(warnings)]
 #![warn(clippy::multiple_crate_versions)]
 #![allow(clippy::mem_replace_with_default)] // Not using std::mem::take() due to MSRV of 1.37 (intro'd in 1.40)
 #![allow(clippy::match_like_matches_macro)] // Not using std::matches! due to MSRV of 1.37 (intro'd in 1.42)

@@ -559,6 +559,8 @@ fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
 
     io_fail!(config, "snap write mv");
     std::fs::rename(&path_1, &path_2)?;
+    // pfm patch: the rename must be durable before the old snapshots go.
+    crate::config::sync_parent(&path_2)?;
     io_fail!(config, "snap write mv post");
 
     trace!("renamed snapshot to {}", path_2.to_string_lossy());
