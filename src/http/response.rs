@@ -62,6 +62,14 @@ impl From<crate::store::StoreError> for ApiError {
                 tracing::warn!(%cause, "database unavailable");
                 ApiError::new(503, "Service unavailable: the database cannot be reached")
             }
+            // The disk failed a sync: writes stop until an operator restarts the service.
+            crate::store::StoreError::Halted(cause) => {
+                tracing::debug!(%cause, "write refused: storage is halted");
+                ApiError::new(
+                    503,
+                    "Service unavailable: storage failed to sync to disk; writes are refused until the service restarts",
+                )
+            }
             e => ApiError::Internal(e.to_string()),
         }
     }

@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -59,6 +59,13 @@ const MAGIC: u32 = 0x4C4E_4A50; // "PJNL"
 /// The magic of frames whose payload ends in [`END`] (this binary's); `MAGIC` frames, written
 /// before segments were zero-filled, have no end byte and are still read.
 const MAGIC_END: u32 = 0x324E_4A50; // "PJN2"
+/// The magic of the frame that starts each batch (one append + sync): its sequence number is
+/// the batch's first record's, its payload the end byte alone. Only the last batch can be
+/// unsynced at a power cut, and a cut may keep any subset of its sectors: damage followed by a
+/// later batch's marker is damage in synced data (refused); damage with no batch after it, where
+/// a sector never landed, is that last batch torn (dropped, never acknowledged). An older
+/// binary reads this magic as a later format and asks to be upgraded.
+const MAGIC_BATCH: u32 = 0x334E_4A50; // "PJN3"
 /// The last byte of a `MAGIC_END` frame: never zero, so a frame whose end is zero never landed.
 const END: u8 = 0xA5;
 /// Disks land writes in whole sectors: a torn append's lost part starts at a multiple of this.
@@ -180,9 +187,9 @@ struct Shared {
     pending_txids: Mutex<PendingTxids>,
     /// Closed journal segments: (first sequence number, path), oldest first.
     segments: Mutex<Vec<(u64, PathBuf)>>,
-    /// Set when the journal could not cut a failed append off: its tail is unknown, so it
-    /// takes no more writes until a restart (replay sorts the tail out).
-    broken: AtomicBool,
+    /// Set when a sync failed, or a failed append could not be cut off: no more writes until
+    /// a restart (see [`Halt`]).
+    halt: Halt,
     /// Set while sled cannot take checkpoints (the checkpoint thread retries, reopening it).
     stalled: AtomicBool,
     /// Set once the store stops: a checkpoint waiting for room gives up.
@@ -190,8 +197,9 @@ struct Shared {
     /// Set while the journal's last append failed (a full disk): checkpoints wait, because a
     /// sled flush then fails too and sled 0.34 refuses everything after a failed write.
     append_failing: AtomicBool,
-    /// Test hook: the next append fails as a full disk would.
-    fail_next_append: AtomicBool,
+    /// Test hook: the next append fails as a full disk would (`FAIL_WRITE`), or its sync fails
+    /// as a failing disk's does (`FAIL_SYNC`).
+    fail_next_append: AtomicU8,
     /// Test hook: that failure waits until this channel's sender sends or is dropped.
     failure_gate: Mutex<Option<mpsc::Receiver<()>>>,
     /// Test hook: the applier thread waits this long before each batch it stages.
@@ -221,7 +229,42 @@ pub struct JournalStore {
 }
 
 fn io(path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Engine(format!("journal {}: {e}", path.display()))
+    StoreError::Io { op: "journal", path: path.to_path_buf(), source: e }
+}
+
+const FAIL_WRITE: u8 = 1;
+const FAIL_SYNC: u8 = 2;
+
+/// Once the disk fails a sync, the store takes no more writes until a restart: the kernel may
+/// have dropped the unsynced pages and marked them clean, so a later sync would succeed
+/// without them, and nothing written since the last good sync can be trusted to be on disk
+/// (PostgreSQL stops for the same reason). The write whose sync failed is not acknowledged;
+/// reads go on from memory; a restart recovers from what the disk holds, replaying the journal
+/// from the last checkpoint marker. A full disk is not a failed sync: the write fails before
+/// anything of it is synced, and writes resume once there is room.
+#[derive(Default)]
+struct Halt {
+    on: AtomicBool,
+    why: Mutex<Option<String>>,
+}
+
+impl Halt {
+    fn halt(&self, why: String) {
+        let mut w = self.why.lock();
+        if w.is_none() {
+            tracing::error!(reason = %why, "storage takes no more writes until pfm is restarted");
+            *w = Some(why);
+        }
+        self.on.store(true, Ordering::Release);
+    }
+
+    fn is_on(&self) -> bool {
+        self.on.load(Ordering::Acquire)
+    }
+
+    fn error(&self) -> StoreError {
+        StoreError::Halted(self.why.lock().clone().unwrap_or_default())
+    }
 }
 
 fn segment_path(dir: &Path, first_seq: u64) -> PathBuf {
@@ -339,6 +382,48 @@ fn put_option<T: Bin>(v: &Option<T>, f: &mut Vec<u8>) -> Option<std::ops::Range<
 }
 
 /// Stamps the sequence number and the header checksum into a frame body.
+/// The frame that starts a batch whose first record is `seq` (see [`MAGIC_BATCH`]).
+fn batch_marker(seq: u64) -> [u8; HEADER + 1] {
+    let mut f = [0u8; HEADER + 1];
+    f[0..4].copy_from_slice(&MAGIC_BATCH.to_le_bytes());
+    f[4..8].copy_from_slice(&1u32.to_le_bytes());
+    f[HEADER] = END;
+    f[20..24].copy_from_slice(&crc32fast::hash(&[END]).to_le_bytes());
+    stamp(&mut f, seq);
+    f
+}
+
+/// Whether a whole batch marker starts anywhere in `bytes` at or after `from`.
+fn batch_marker_at_or_after(bytes: &[u8], from: usize) -> bool {
+    let magic = MAGIC_BATCH.to_le_bytes();
+    let mut at = from;
+    while let Some(i) = bytes.get(at..).and_then(|r| memchr::memmem::find(r, &magic)) {
+        let off = at + i;
+        let f = &bytes[off..];
+        if f.len() > HEADER
+            && crc32fast::hash(&f[0..16]) == u32_at(f, 16)
+            && u32_at(f, 4) == 1
+            && f[HEADER] == END
+        {
+            return true;
+        }
+        at = off + 1;
+    }
+    false
+}
+
+/// Whether part of a write never landed between `from` and `to`: zeros from `from` to the end
+/// of its sector, or a whole sector of zeros after it (segments are zero-filled, and sectors
+/// past a file's synced size read as zeros; a sector shared with the batch before keeps that
+/// batch's bytes).
+fn unlanded_sector(bytes: &[u8], from: usize, to: usize) -> bool {
+    let to = to.min(bytes.len());
+    let zeros = |r: std::ops::Range<usize>| bytes[r].iter().all(|b| *b == 0);
+    let first_end = from.next_multiple_of(SECTOR).min(to);
+    (from < first_end && zeros(from..first_end))
+        || (first_end..to).step_by(SECTOR).any(|s| zeros(s..(s + SECTOR).min(to)))
+}
+
 fn stamp(f: &mut [u8], seq: u64) {
     f[8..16].copy_from_slice(&seq.to_le_bytes());
     let hcrc = crc32fast::hash(&f[0..16]);
@@ -390,30 +475,37 @@ fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, T
     // the sector holding the last of them, where a torn append's lost sectors begin.
     let written = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
     let landed = written.next_multiple_of(SECTOR);
+    // The last batch torn by a power cut that kept some of its sectors and not others (see
+    // [`MAGIC_BATCH`]): damage at `off` with no later batch, in a segment of batches.
+    let unlanded_batch = |off: usize| {
+        last && (off == 0 || batch_marker_at_or_after(bytes, 0))
+            && !batch_marker_at_or_after(bytes, off + 1)
+            && unlanded_sector(bytes, off, written)
+    };
     let mut frames = Vec::new();
     let mut off = 0usize;
     let mut prev_seq = 0u64;
     while off < written {
         let rest = &bytes[off..];
         let magic = if rest.len() >= HEADER { u32_at(rest, 0) } else { 0 };
-        let header_ok =
-            (magic == MAGIC || magic == MAGIC_END) && crc32fast::hash(&rest[0..16]) == u32_at(rest, 16);
-        // A whole header of a later frame format ("PJN3" on): a newer binary wrote it.
+        let header_ok = (magic == MAGIC || magic == MAGIC_END || magic == MAGIC_BATCH)
+            && crc32fast::hash(&rest[0..16]) == u32_at(rest, 16);
+        // A whole header of a later frame format ("PJN4" on): a newer binary wrote it.
         if !header_ok
             && rest.len() >= HEADER
             && rest[..3] == *b"PJN"
-            && (b'3'..=b'9').contains(&rest[3])
+            && (b'4'..=b'9').contains(&rest[3])
             && crc32fast::hash(&rest[0..16]) == u32_at(rest, 16)
         {
             return Err(StoreError::NewerFormat(format!(
-                "journal {} holds a record of frame format {} at offset {off}; this binary reads PJN2: upgrade pfm",
+                "journal {} holds a record of frame format {} at offset {off}; this binary reads PJN3: upgrade pfm",
                 path.display(),
                 String::from_utf8_lossy(&rest[..4])
             )));
         }
         if !header_ok {
             // A header cut short by the file's end or by sectors that never landed.
-            return if last && (rest.len() < HEADER || landed < off + HEADER) {
+            return if last && (rest.len() < HEADER || landed < off + HEADER) || unlanded_batch(off) {
                 Ok((frames, Tail::Torn(off)))
             } else if rest.len() < HEADER {
                 Err(corrupt(off, "truncated record header"))
@@ -428,12 +520,15 @@ fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, T
         if len > rest.len() - HEADER {
             return if last { Ok((frames, Tail::Torn(off))) } else { Err(corrupt(off, "truncated record")) };
         }
-        let with_end = magic == MAGIC_END;
+        let with_end = magic == MAGIC_END || magic == MAGIC_BATCH;
         if crc32fast::hash(&rest[HEADER..HEADER + len]) != u32_at(rest, 20) {
             // Whole but for its end byte: on disk, since its content got there. Its sector
             // can look unwritten (the end byte alone, or after zeros, in the record's last
             // sector): a torn append looks the same, but dropping the record could lose an
             // acknowledged write, so it is damage either way.
+            if unlanded_batch(off) {
+                return Ok((frames, Tail::Torn(off)));
+            }
             if with_end && len > 0 && {
                 let mut h = crc32fast::Hasher::new();
                 h.update(&rest[HEADER..HEADER + len - 1]);
@@ -450,6 +545,14 @@ fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Vec<Frame>, T
         }
         if with_end && (len == 0 || rest[HEADER + len - 1] != END) {
             return Err(corrupt(off, &format!("record {seq} lacks its end byte")));
+        }
+        if magic == MAGIC_BATCH {
+            // The batch's first record follows with the same number.
+            if seq <= prev_seq {
+                return Err(corrupt(off, "sequence numbers go backwards"));
+            }
+            off += HEADER + len;
+            continue;
         }
         if seq <= prev_seq {
             return Err(corrupt(off, "sequence numbers go backwards"));
@@ -546,11 +649,11 @@ impl JournalStore {
             caught_up: tokio::sync::Notify::new(),
             pending_txids: Mutex::new(PendingTxids::default()),
             segments: Mutex::new(vec![(next_seq, seg.clone())]),
-            broken: AtomicBool::new(false),
+            halt: Halt::default(),
             stalled: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             append_failing: AtomicBool::new(false),
-            fail_next_append: AtomicBool::new(false),
+            fail_next_append: AtomicU8::new(0),
             failure_gate: Mutex::new(None),
             #[cfg(test)]
             slow_applier_ms: AtomicU64::new(0),
@@ -593,7 +696,12 @@ impl JournalStore {
 
     /// Test hook: make the next append fail as a full disk would.
     pub fn fail_next_append(&self) {
-        self.shared.fail_next_append.store(true, Ordering::SeqCst);
+        self.shared.fail_next_append.store(FAIL_WRITE, Ordering::SeqCst);
+    }
+
+    /// Test hook: make the next append's sync fail with EIO, as a failing disk's does.
+    pub fn fail_next_sync(&self) {
+        self.shared.fail_next_append.store(FAIL_SYNC, Ordering::SeqCst);
     }
 
     /// Test hook: [`Self::fail_next_append`], with the failure answered only once the returned
@@ -670,7 +778,7 @@ impl Drop for JournalStore {
     }
 }
 
-/// At start, applies every journal record after sled's applied sequence number; returns the
+/// At start, applies every journal record after the checkpoint marker again; returns the
 /// last sequence number in the journal (or sled's, if higher). A torn tail is cut off, and the
 /// segments are deleted once sled, flushed, holds all of them.
 fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
@@ -708,7 +816,11 @@ fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
         check_chain(path, before, applied, frames.first().map(|f| f.seq))?;
         before = Some((path, frames.last().map(|f| f.seq)));
         for f in &frames {
-            if f.seq > applied {
+            // From the marker, not from what sled says it holds: sled's files are trusted only
+            // as far as a checkpoint synced them. Past that, a run that failed a sync may have
+            // left sled's pages in the page cache, marked clean but never written (see
+            // `Halt`); replaying rewrites them. Replaying a record sled holds is harmless.
+            if f.seq > marked {
                 let op = decode_payload(path, f.seq, &bytes[f.payload_start..f.end])?;
                 let rows = overlay.read(sled.db(), |r| {
                     let mut rows = Vec::with_capacity(op.rows());
@@ -816,12 +928,11 @@ enum Spare {
 fn journal_thread(shared: Arc<Shared>, rx: Receiver<Entry>, lanes: Lanes, seg: Segment) {
     let (req_tx, req_rx) = mpsc::channel::<u64>();
     let (done_tx, done_rx) = mpsc::channel::<Result<File, String>>();
-    let dir = shared.dir.clone();
-    let stop = &shared.stopping;
+    let sh = &*shared;
     std::thread::scope(|scope| {
         let spare = std::thread::Builder::new()
             .name("pfm-journal-spare".into())
-            .spawn_scoped(scope, move || spare_thread(&dir, stop, req_rx, done_tx));
+            .spawn_scoped(scope, move || spare_thread(sh, req_rx, done_tx));
         if let Err(e) = &spare {
             tracing::warn!(error = %e, "no spare-segment thread; segments grow with each append");
         }
@@ -842,18 +953,19 @@ fn yield_to_requests() {
 }
 
 /// Zero-fills spare segments on request, off the journal thread (a segment takes seconds).
-fn spare_thread(dir: &Path, stop: &AtomicBool, req: Receiver<u64>, done: Sender<Result<File, String>>) {
+fn spare_thread(shared: &Shared, req: Receiver<u64>, done: Sender<Result<File, String>>) {
     yield_to_requests();
     while let Ok(size) = req.recv() {
-        if done.send(prepare_spare(dir, stop, size)).is_err() {
+        if done.send(prepare_spare(shared, size)).is_err() {
             break;
         }
     }
 }
 
 /// Zero-fills `spare.tmp` to `size` and syncs it; gives up when the store stops (the next open
-/// deletes what is left).
-fn prepare_spare(dir: &Path, stop: &AtomicBool, size: u64) -> Result<File, String> {
+/// deletes what is left). A failed sync halts the store, as the journal's own does.
+fn prepare_spare(shared: &Shared, size: u64) -> Result<File, String> {
+    let (dir, stop) = (&shared.dir, &shared.stopping);
     let path = dir.join(SPARE_NAME);
     // The spare never takes a disk's last space: a full disk must fail appends the usual way,
     // and sled's checkpoints need room too.
@@ -861,25 +973,30 @@ fn prepare_spare(dir: &Path, stop: &AtomicBool, size: u64) -> Result<File, Strin
     if free < size.saturating_mul(2).saturating_add(ROOM_TO_SPARE) {
         return Err(format!("{free} bytes free, too few for a spare segment of {size}"));
     }
-    let fill = || -> std::io::Result<File> {
-        let f = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
+    let synced = |r: std::io::Result<()>| r.map_err(|e| (true, e));
+    let fill = || -> Result<File, (bool, std::io::Error)> {
+        let f =
+            OpenOptions::new().create(true).write(true).truncate(true).open(&path).map_err(|e| (false, e))?;
         let zeros = vec![0u8; SPARE_SYNC_STEP as usize];
         let mut at = 0u64;
         while at < size {
             if stop.load(Ordering::Acquire) {
-                return Err(std::io::Error::other("the store is stopping"));
+                return Err((false, std::io::Error::other("the store is stopping")));
             }
             let n = (size - at).min(zeros.len() as u64) as usize;
-            std::os::unix::fs::FileExt::write_all_at(&f, &zeros[..n], at)?;
+            std::os::unix::fs::FileExt::write_all_at(&f, &zeros[..n], at).map_err(|e| (false, e))?;
             at += n as u64;
             // Written out as it goes, so no large burst of dirty pages delays the journal's syncs.
-            f.sync_data()?;
+            synced(f.sync_data())?;
         }
-        f.sync_all()?;
+        synced(f.sync_all())?;
         Ok(f)
     };
-    fill().map_err(|e| {
+    fill().map_err(|(sync_failed, e)| {
         let _ = std::fs::remove_file(&path);
+        if sync_failed {
+            shared.halt.halt(format!("syncing {} failed: {e}", path.display()));
+        }
         format!("{}: {e}", path.display())
     })
 }
@@ -911,7 +1028,7 @@ fn append_loop(
         let last_seq = batch.last().map_or(0, |e| e.seq);
         // Once the journal's tail is unknown (a failed append could not be cut off), nothing more
         // is appended after it: every later entry fails until a restart sorts the tail out.
-        let broken = shared.broken.load(Ordering::Acquire);
+        let broken = shared.halt.is_on();
         // Frames are encoded here rather than on the async workers, which on a small machine
         // are what limits the write rate; this thread mostly waits for the disk. One that
         // cannot be encoded fails like a failed append: with every write built on it.
@@ -950,7 +1067,7 @@ fn append_loop(
         forget_txids(shared, dead.iter().map(|e| &*e.op));
         for e in dead {
             let err = if broken {
-                StoreError::Engine("the journal takes no writes until a restart".into())
+                shared.halt.error()
             } else {
                 StoreError::Refused("an earlier write this one builds on failed".into())
             };
@@ -961,6 +1078,7 @@ fn append_loop(
             continue;
         }
         buf.clear();
+        buf.extend_from_slice(&batch_marker(live[0].seq));
         for e in &live {
             buf.extend_from_slice(&e.frame);
         }
@@ -1005,15 +1123,24 @@ fn append_loop(
         if retry && (seg.cap > 0 || seg.pos >= prepare_after) && spare_req.send(seg_bytes).is_ok() {
             spare = Spare::Pending;
         }
-        let written = if shared.fail_next_append.swap(false, Ordering::SeqCst) {
-            if let Some(gate) = shared.failure_gate.lock().take() {
-                let _ = gate.recv();
+        // Err((synced, error)): whether the write went through and its sync failed.
+        let written = match shared.fail_next_append.swap(0, Ordering::SeqCst) {
+            0 => {
+                let _timer = crate::metrics::flush_timer();
+                std::os::unix::fs::FileExt::write_all_at(&seg.file, &buf, seg.pos)
+                    .map_err(|e| (false, e))
+                    .and_then(|_| seg.file.sync_data().map_err(|e| (true, e)))
             }
-            Err(std::io::Error::from_raw_os_error(28)) // ENOSPC, as a full disk answers
-        } else {
-            let _timer = crate::metrics::flush_timer();
-            std::os::unix::fs::FileExt::write_all_at(&seg.file, &buf, seg.pos)
-                .and_then(|_| seg.file.sync_data())
+            hook => {
+                if let Some(gate) = shared.failure_gate.lock().take() {
+                    let _ = gate.recv();
+                }
+                Err(if hook == FAIL_SYNC {
+                    (true, std::io::Error::from_raw_os_error(libc::EIO))
+                } else {
+                    (false, std::io::Error::from_raw_os_error(libc::ENOSPC))
+                })
+            }
         };
         crate::metrics::flush_commits(live.len() as u64);
         match written {
@@ -1029,26 +1156,31 @@ fn append_loop(
                 }
                 finish_batch(shared, lanes, durable, acks, failed, last_seq, buf.len() as u64);
             }
-            Err(err) => {
-                tracing::error!(error = %err, file = %seg.path.display(), "journal append failed; the batch is refused");
+            Err((sync_failed, err)) => {
+                tracing::error!(error = %err, file = %seg.path.display(), sync_failed, "journal append failed; the batch is refused");
                 // Cut the partial append off so the file ends on a whole record again: then the
-                // batch is known not to be durable, and the journal goes on (in a segment that
-                // grows from here).
+                // batch is known not to be durable. After a failed write (a full disk) the
+                // journal goes on, in a segment that grows from here; after a failed sync it
+                // stops (see `Halt`), the cut only keeps the refused batch from being replayed.
                 shared.append_failing.store(true, Ordering::Release);
                 let cut = seg.file.set_len(seg.pos).and_then(|_| seg.file.sync_all());
                 seg.cap = 0;
-                if let Err(e) = &cut {
-                    tracing::error!(error = %e, "could not cut a failed append off the journal; refusing writes until restart");
-                    shared.broken.store(true, Ordering::Release);
+                if sync_failed {
+                    shared.halt.halt(format!("syncing journal {} failed: {err}", seg.path.display()));
+                } else if let Err(e) = &cut {
+                    shared.halt.halt(format!(
+                        "a failed append ({err}) could not be cut off journal {}: {e}",
+                        seg.path.display()
+                    ));
                 }
                 let msg = format!("journal append failed: {err}");
                 forget_txids(shared, live.iter().map(|e| &*e.op));
                 for e in live {
                     poisoned.insert(e.basis, ());
-                    let r = if cut.is_ok() {
-                        StoreError::Refused(msg.clone())
+                    let r = if shared.halt.is_on() {
+                        shared.halt.error()
                     } else {
-                        StoreError::Engine(msg.clone())
+                        StoreError::Refused(msg.clone())
                     };
                     let _ = e.ack.send(Err(r));
                 }
@@ -1124,9 +1256,10 @@ fn rotate(shared: &Shared, first_seq: u64, zeroed: Option<File>) -> Result<Segme
         }
     };
     if let Err(e) = sync_dir(&shared.dir) {
-        // Appends go on in the current segment: no empty segment may sort after it, or after a
-        // crash that one would no longer be the last and its torn tail would read as damage.
+        // No empty segment may sort after the current one, or after a crash that one would no
+        // longer be the last and its torn tail would read as damage.
         let _ = std::fs::remove_file(&p);
+        shared.halt.halt(format!("starting journal segment {}: {e}", p.display()));
         return Err(e);
     }
     shared.segments.lock().push((first_seq, p.clone()));
@@ -1314,22 +1447,31 @@ fn write_table(shared: &Shared, m: &Memtable, pace: &mut Pace) -> bool {
         if !wait_for_room(shared, m, &mut warned) {
             return false;
         }
-        let res = match shared.sled.read().as_ref() {
-            Some(s) => s.write_table(m.rows(), m.last_seq(), CHECKPOINT_CHUNK, || pace.tick()),
-            None => Err(StoreError::Engine("storage is reopening".into())),
-        };
+        let res = shared
+            .sled
+            .read()
+            .as_ref()
+            .map(|s| s.write_table(m.rows(), m.last_seq(), CHECKPOINT_CHUNK, || pace.tick()));
         match res {
-            Ok(()) => {
+            Some(Ok(())) => {
                 if shared.stalled.swap(false, Ordering::AcqRel) {
                     tracing::info!(seq = m.last_seq(), "storage takes checkpoints again");
                 }
                 return true;
             }
-            Err(e) => {
+            // Only a full disk is retried: after any other failure (a failed sync above all)
+            // what sled's files hold is unknown, and a reopen would trust the page cache.
+            Some(Err(e)) if !e.is_disk_full() => {
+                shared.halt.halt(format!("writing a checkpoint into storage failed: {e}"));
+                return false;
+            }
+            Some(Err(e)) => {
                 if !shared.stalled.swap(true, Ordering::AcqRel) {
                     tracing::error!(error = %e, seq = m.last_seq(), "writing a checkpoint failed; reopening storage and retrying");
                 }
             }
+            // Not reopened yet (short of room): try again.
+            None => {}
         }
         if !wait_for_room(shared, m, &mut warned) {
             return false;
@@ -1500,15 +1642,15 @@ fn checkpoint(shared: &Shared) {
     };
     let covered = match flushed {
         Ok(c) => c,
-        Err(e) => {
+        Err(e) if e.is_disk_full() => {
             tracing::error!(error = %e, "sled flush failed; keeping the journal");
             return;
         }
+        Err(e) => return shared.halt.halt(format!("flushing storage at a checkpoint failed: {e}")),
     };
     // The marker goes first: a segment is deleted only once the marker says sled holds it.
     if let Err(e) = write_checkpoint(&shared.dir, covered) {
-        tracing::error!(error = %e, "could not record the checkpoint; keeping the journal");
-        return;
+        return shared.halt.halt(format!("recording a checkpoint failed: {e}"));
     }
     // Taken off the list under its lock, deleted after: the journal thread takes that lock to
     // start a segment, and must never wait for a deletion.
@@ -1518,7 +1660,7 @@ fn checkpoint(shared: &Shared) {
         let n = (1..segs.len()).take_while(|&i| segs[i].0 <= covered + 1).count();
         segs.drain(..n).map(|(_, p)| p).collect()
     };
-    drop_segments(&shared.dir, &done);
+    drop_segments(shared, &done);
 }
 
 /// Name of a covered segment while it is being deleted; start-up deletes any left over.
@@ -1532,7 +1674,8 @@ const DROP_STEP: u64 = 8 << 20;
 /// (`scripts/drop_segment.py`). Each is renamed first (and the rename synced), so a crash
 /// midway leaves a file that replay skips and start-up deletes, never a segment cut short,
 /// which would read as damage.
-fn drop_segments(dir: &Path, segs: &[PathBuf]) {
+fn drop_segments(shared: &Shared, segs: &[PathBuf]) {
+    let dir = &shared.dir;
     let mut renamed = Vec::with_capacity(segs.len());
     for p in segs {
         let gone = p.with_extension(DROPPING_EXT);
@@ -1548,8 +1691,7 @@ fn drop_segments(dir: &Path, segs: &[PathBuf]) {
     }
     if let Err(e) = sync_dir(dir) {
         // Unsynced renames could come back under the old names: leave the files whole.
-        tracing::warn!(error = %e, "could not delete covered journal segments");
-        return;
+        return shared.halt.halt(format!("deleting covered journal segments: {e}"));
     }
     for p in &renamed {
         if let Err(e) = cut_and_remove(p) {
@@ -1623,8 +1765,8 @@ impl Store for JournalStore {
         let timer = crate::metrics::CommitTimer::start(op.rows());
         let (ack, rx) = tokio::sync::oneshot::channel();
         let queued = (|| {
-            if self.shared.broken.load(Ordering::Acquire) {
-                return Err(StoreError::Engine("storage stopped applying writes".into()));
+            if self.shared.halt.is_on() {
+                return Err(self.shared.halt.error());
             }
             let mut sub = self.submit.lock();
             let seq = sub.next_seq;
@@ -1653,7 +1795,7 @@ impl Store for JournalStore {
     }
 
     fn healthy(&self) -> bool {
-        !self.shared.broken.load(Ordering::Acquire) && !self.shared.stalled.load(Ordering::Acquire)
+        !self.shared.halt.is_on() && !self.shared.stalled.load(Ordering::Acquire)
     }
 
     fn flush(&self) -> Result<(), StoreError> {
@@ -1939,6 +2081,71 @@ mod tests {
             .collect()
     }
 
+    /// Batches as the journal thread writes them: a marker, then big frames `from..=to`.
+    fn batch(from: u64, to: u64) -> Vec<u8> {
+        let mut b = batch_marker(from).to_vec();
+        b.extend((from..=to).flat_map(|s| {
+            let mut o = op(s);
+            if let Op::DeleteUser { user } = &mut o {
+                user.user_id = format!("u{s}-{}", "x".repeat(700)).into();
+            }
+            encode_frame(s, &o).unwrap()
+        }));
+        b
+    }
+
+    /// A power cut keeps any subset of the last batch's sectors (the only unsynced one): with
+    /// no batch after the damage and a sector that never landed, it is a torn tail, dropped
+    /// from its first damaged record. The same damage before a later batch's marker is in
+    /// synced, acknowledged data: refused. So is damage in the last batch where every sector
+    /// landed (a flipped byte).
+    #[test]
+    fn a_last_batch_torn_in_any_sectors_is_dropped_and_damage_before_a_later_batch_is_refused() {
+        let (first, second) = (batch(1, 10), batch(11, 20));
+        let mut seg = [first.clone(), second.clone()].concat();
+        seg.resize(seg.len().next_multiple_of(4096) + 8192, 0);
+        let seqs = |b: &[u8]| -> Result<(Vec<u64>, Option<usize>), String> {
+            parse_segment(Path::new("seg.wal"), b, true)
+                .map(|(f, t)| {
+                    let torn = match t {
+                        Tail::Torn(o) => Some(o),
+                        Tail::Clean => None,
+                    };
+                    (f.iter().map(|f| f.seq).collect(), torn)
+                })
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(seqs(&seg).unwrap(), ((1..=20).collect(), None));
+        // Any one sector of the second batch lost, the first sector shared with the first
+        // batch losing only the second's bytes: the first batch whole, the second cut at its
+        // first damaged record.
+        let start = first.len();
+        for lost in (start / SECTOR..(start + second.len()).div_ceil(SECTOR)).map(|s| s * SECTOR) {
+            let mut b = seg.clone();
+            b[lost.max(start)..lost + SECTOR].fill(0);
+            let (got, torn) = seqs(&b).unwrap_or_else(|e| panic!("sector at {lost}: {e}"));
+            let torn = torn.unwrap_or_else(|| panic!("sector at {lost}: not torn"));
+            assert!(torn >= start && torn <= lost.max(start), "sector at {lost}: torn at {torn}");
+            assert!(got.len() >= 10 && got[..10] == (1..=10).collect::<Vec<_>>()[..], "{got:?}");
+        }
+        // Several sectors of it, the marker's among them.
+        let mut b = seg.clone();
+        b[start..(start + 1).next_multiple_of(SECTOR)].fill(0);
+        b[start + 2048..start + 2048 + SECTOR].fill(0);
+        assert_eq!(seqs(&b).unwrap(), ((1..=10).collect(), Some(start)));
+        // A sector of the first batch lost, the second whole after it: refused.
+        for lost in [SECTOR, 3 * SECTOR, (start - 1) / SECTOR * SECTOR] {
+            let mut b = seg.clone();
+            b[lost..(lost + SECTOR).min(start)].fill(0);
+            let e = seqs(&b).expect_err("damage before a later batch");
+            assert!(e.contains("seg.wal") && e.contains("damaged"), "{e}");
+        }
+        // A flipped byte in the last batch, every sector landed: refused.
+        let mut b = seg.clone();
+        b[start + 1500] ^= 0x40;
+        assert!(seqs(&b).is_err());
+    }
+
     /// In a zero-filled segment a torn append shows as a last record whose sectors from some
     /// boundary on are still zeros: it is dropped, and only it.
     #[test]
@@ -2005,16 +2212,16 @@ mod tests {
         }
     }
 
-    /// A frame of a later format ("PJN3", its header checksum whole) asks for a newer binary.
+    /// A frame of a later format ("PJN4", its header checksum whole) asks for a newer binary.
     #[test]
     fn a_newer_frame_format_refuses_as_newer_not_as_damage() {
         let mut b = segment(3);
         let at = segment(2).len();
-        b[at + 3] = b'3';
+        b[at + 3] = b'4';
         let hcrc = crc32fast::hash(&b[at..at + 16]);
         b[at + 16..at + 20].copy_from_slice(&hcrc.to_le_bytes());
         match parse_segment(Path::new("seg.wal"), &b, true) {
-            Err(StoreError::NewerFormat(m)) => assert!(m.contains("PJN3") && m.contains("upgrade"), "{m}"),
+            Err(StoreError::NewerFormat(m)) => assert!(m.contains("PJN4") && m.contains("upgrade"), "{m}"),
             other => panic!("{:?}", other.map(|(f, _)| f.len())),
         }
         // With a damaged header checksum it is damage, as before.

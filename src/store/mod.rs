@@ -72,6 +72,26 @@ pub enum StoreError {
     UserExists,
     /// A deposit's transaction id is already in the main account's log (another node's write).
     DuplicateTxid(String),
+    /// A file operation failed: what was done, on which file, and the system's answer.
+    Io {
+        op: &'static str,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// The embedded engine takes no more writes until a restart: the disk failed a sync, so
+    /// nothing written since the last good sync can be assumed durable (the kernel may have
+    /// dropped the pages, and a later sync would succeed without them). Reads go on; the
+    /// restart recovers from what the disk holds.
+    Halted(String),
+}
+
+impl StoreError {
+    /// The disk is full: the write failed before anything of it was synced, and room may come
+    /// back, unlike after a failed sync.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::StorageFull || source.raw_os_error() == Some(libc::ENOSPC))
+    }
 }
 
 impl std::fmt::Display for StoreError {
@@ -85,6 +105,8 @@ impl std::fmt::Display for StoreError {
             StoreError::Unavailable(e) => write!(f, "database unavailable: {e}"),
             StoreError::UserExists => f.write_str("user already exists"),
             StoreError::DuplicateTxid(id) => write!(f, "duplicate main-account transaction id {id}"),
+            StoreError::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
+            StoreError::Halted(why) => write!(f, "storage takes no writes until a restart: {why}"),
         }
     }
 }

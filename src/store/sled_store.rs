@@ -89,7 +89,11 @@ pub fn damaged(path: &Path, what: &str) -> StoreError {
 }
 
 fn eng(e: sled::Error) -> StoreError {
-    StoreError::Engine(e.to_string())
+    match e {
+        // Kept whole: a full disk is told apart from a failed sync (see `journal::Halt`).
+        sled::Error::Io(source) => StoreError::Io { op: "sled", path: PathBuf::from("db"), source },
+        e => StoreError::Engine(e.to_string()),
+    }
 }
 
 impl SledStore {
@@ -129,9 +133,9 @@ impl SledStore {
         };
         // sled creates its directory and files without syncing their names: a fresh database
         // would vanish whole at a power cut, whatever its own syncs made durable.
-        super::sync_path(&path).and_then(|_| super::sync_parent(&path)).map_err(|e| {
-            StoreError::Engine(format!("syncing {}: {e}", path.display()))
-        })?;
+        super::sync_path(&path)
+            .and_then(|_| super::sync_parent(&path))
+            .map_err(|e| StoreError::Engine(format!("syncing {}: {e}", path.display())))?;
         store.check_format(&path)?;
         store.id_secret = store.load_id_secret()?;
         Ok(store)
@@ -335,7 +339,8 @@ impl SledStore {
     }
 
     fn sync_blobs(&self) -> Result<(), StoreError> {
-        let fail = |p: &Path, e: std::io::Error| StoreError::Engine(format!("syncing {}: {e}", p.display()));
+        let fail =
+            |p: &Path, e: std::io::Error| StoreError::Io { op: "syncing", path: p.to_path_buf(), source: e };
         let mut synced = self.blobs_synced.lock();
         let entries = match std::fs::read_dir(&self.blobs) {
             Ok(d) => d,
