@@ -261,3 +261,38 @@ fn generated_ids_on_main_are_duplicates_before_and_after_restart_and_others_are_
         &format!("Deposit failed: This deposit has already been made. Transaction ID:{}", only_needs[0]),
     );
 }
+
+/// A failed sync (EIO from fdatasync) is not a full disk: the kernel may have dropped the
+/// unsynced pages, so no later sync proves anything. The write is not acknowledged, every
+/// later write answers 503 until a restart, reads go on, readiness fails; the restart keeps
+/// every acknowledged write and nothing of the failed one, and takes writes again.
+#[test]
+fn a_failed_sync_stops_writes_until_a_restart_and_loses_nothing_acknowledged() {
+    if embedded_only("the journal's failure hook") {
+        return;
+    }
+    let mut s = Srv::start();
+    let (tok, main) = s.user("u1", "0");
+    let needs = s.child(&tok, &main, "Needs", json!({"allocation": 1}));
+    s.deposit(&tok, &main, "10").ok();
+    let app = s.run.as_ref().unwrap().app.clone();
+    app.journal.as_ref().expect("embedded engine").fail_next_sync();
+    drop(app);
+    let stopped = "Service unavailable: storage failed to sync to disk; writes are refused until the service restarts";
+    let r = s.deposit(&tok, &main, "5");
+    assert_eq!(r.status, 503, "{}", r.text);
+    for _ in 0..2 {
+        s.deposit(&tok, &main, "7").fails(503, stopped);
+        s.post(&tok, "/withdraw", json!({"uuid": needs, "amount": 1, "channel": "c"})).fails(503, stopped);
+    }
+    assert_eq!(s.balance(&tok, &needs), "10");
+    assert_eq!(s.txs(&tok, &main).len(), 2);
+    let ready = s.raw("GET", "/readyz", &[], Body::None);
+    assert_eq!(ready.status, 503, "{}", ready.text);
+    s.restart();
+    assert_eq!(s.balance(&tok, &needs), "10");
+    assert_eq!(s.txs(&tok, &main).len(), 2);
+    s.deposit(&tok, &main, "7").ok();
+    assert_eq!(s.balance(&tok, &needs), "17");
+    assert_eq!(s.raw("GET", "/readyz", &[], Body::None).status, 200);
+}
