@@ -21,9 +21,10 @@ CKPT=--service-arg=--checkpoint-interval-ms=700
 status=0
 run() {
   local name=$1; shift
-  local log="$WORK/$name.log"
+  local log="$WORK/$name.log" port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   PFM_BIN=$BIN timeout $((SECS * 3 + 300)) python3 "$TOOL" --time-budget "$SECS" --cycles "$CYCLES" \
-    --workdir "$WORK/$name" "$CKPT" "$@" >"$log" 2>&1 || status=1
+    --port "$port" --workdir "$WORK/$name" "$CKPT" "$@" >"$log" 2>&1 || status=1
   local summary json
   summary=$(grep '^power cuts' "$log" || echo "power cuts: no summary (see below)")
   json=$(grep '^{"cuts"' "$log" || echo '{}')

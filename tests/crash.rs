@@ -664,3 +664,25 @@ fn a_second_server_on_the_same_data_directory_says_it_is_in_use() {
     let v = read(p.addr, &tok, &format!("/compute_total_balance?uuid={main}"));
     assert_eq!(cents(&v["total_balance"]), INITIAL, "the first server's answer changed: {v}");
 }
+
+/// A file that cannot be read at start refuses to start, naming it (here a journal segment
+/// that is a directory, whose read fails as a disk's EIO would).
+#[test]
+fn an_unreadable_journal_file_refuses_to_start_naming_it() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("d");
+    let p = spawn(&dir);
+    let tok = sign("eio");
+    write_ok(p.addr, &tok, "/register", json!({"user_id": "eio", "initial_balance": money(INITIAL)}));
+    drop(p); // kill -9
+    let bad = dir.join("journal").join(format!("{:020}.wal", u64::MAX / 2));
+    std::fs::create_dir(&bad).expect("mkdir");
+    match proc::try_spawn(&dir, &[], &ENV) {
+        Err(NoStart { status, log: text }) => {
+            assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+            let name = bad.strip_prefix(&dir).expect("inside").to_str().expect("utf-8 path");
+            assert!(text.contains(name), "refused without naming {name}:\n{text}");
+        }
+        Ok(_) => panic!("started over a journal file it cannot read"),
+    }
+}

@@ -278,7 +278,8 @@ fn a_failed_sync_stops_writes_until_a_restart_and_loses_nothing_acknowledged() {
     let app = s.run.as_ref().unwrap().app.clone();
     app.journal.as_ref().expect("embedded engine").fail_next_sync();
     drop(app);
-    let stopped = "Service unavailable: storage failed to sync to disk; writes are refused until the service restarts";
+    let stopped =
+        "Service unavailable: storage failed to sync to disk; writes are refused until the service restarts";
     let r = s.deposit(&tok, &main, "5");
     assert_eq!(r.status, 503, "{}", r.text);
     for _ in 0..2 {

@@ -1465,13 +1465,12 @@ fn write_table(shared: &Shared, m: &Memtable, pace: &mut Pace) -> bool {
                 shared.halt.halt(format!("writing a checkpoint into storage failed: {e}"));
                 return false;
             }
-            Some(Err(e)) => {
-                if !shared.stalled.swap(true, Ordering::AcqRel) {
-                    tracing::error!(error = %e, seq = m.last_seq(), "writing a checkpoint failed; reopening storage and retrying");
-                }
+            // A full disk: said once, then retried once there is room.
+            Some(Err(e)) if !shared.stalled.swap(true, Ordering::AcqRel) => {
+                tracing::error!(error = %e, seq = m.last_seq(), "writing a checkpoint failed; reopening storage and retrying");
             }
-            // Not reopened yet (short of room): try again.
-            None => {}
+            // Not reopened yet (short of room), or said already: try again.
+            Some(Err(_)) | None => {}
         }
         if !wait_for_room(shared, m, &mut warned) {
             return false;
