@@ -1,0 +1,366 @@
+//! Group commit: the journal thread appends queued operations as one batch, syncs once,
+//! answers them in order and stages them; segments are zero-filled ahead by the spare thread
+//! and started (rotated) when full.
+
+use super::*;
+
+/// The segment being appended to: `pos` is where the next batch goes; `cap` the size it was
+/// zero-filled to (0: it grows with each append).
+pub(super) struct Segment {
+    pub(super) file: File,
+    pub(super) path: PathBuf,
+    pub(super) pos: u64,
+    pub(super) cap: u64,
+    /// The sequence number in its name: one past the last record written before it, so
+    /// segments chain (replay checks that none is missing).
+    pub(super) first_seq: u64,
+}
+
+/// The next segment, zero-filled by the spare thread.
+pub(super) enum Spare {
+    Idle,
+    Pending,
+    Ready(File),
+    Failed(Instant),
+}
+
+pub(super) fn journal_thread(shared: Arc<Shared>, rx: Receiver<Entry>, lanes: Lanes, seg: Segment) {
+    let (req_tx, req_rx) = mpsc::channel::<u64>();
+    let (done_tx, done_rx) = mpsc::channel::<Result<File, String>>();
+    let sh = &*shared;
+    std::thread::scope(|scope| {
+        let spare = std::thread::Builder::new()
+            .name("pfm-journal-spare".into())
+            .spawn_scoped(scope, move || spare_thread(sh, req_rx, done_tx));
+        if let Err(e) = &spare {
+            tracing::warn!(error = %e, "no spare-segment thread; segments grow with each append");
+        }
+        append_loop(&shared, rx, &lanes, seg, req_tx, done_rx);
+    });
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10): background work (checkpoints,
+/// spare segments) then waits while request threads want the CPU, instead of taking a core from
+/// them in bursts, which showed as latency spikes. Best effort: without permission it keeps its
+/// priority.
+pub(super) fn yield_to_requests() {
+    // SAFETY: gettid and setpriority take no pointers; on Linux a thread id names one thread.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+    if r != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "background thread keeps its priority");
+    }
+}
+
+/// Zero-fills spare segments on request, off the journal thread (a segment takes seconds).
+pub(super) fn spare_thread(shared: &Shared, req: Receiver<u64>, done: Sender<Result<File, String>>) {
+    yield_to_requests();
+    while let Ok(size) = req.recv() {
+        if done.send(prepare_spare(shared, size)).is_err() {
+            break;
+        }
+    }
+}
+
+/// Zero-fills `spare.tmp` to `size` and syncs it; gives up when the store stops (the next open
+/// deletes what is left). A failed sync halts the store, as the journal's own does.
+pub(super) fn prepare_spare(shared: &Shared, size: u64) -> Result<File, String> {
+    let (dir, stop) = (&shared.dir, &shared.stopping);
+    let path = dir.join(SPARE_NAME);
+    // The spare never takes a disk's last space: a full disk must fail appends the usual way,
+    // and sled's checkpoints need room too.
+    let free = fs2::available_space(dir).map_err(|e| format!("free space of {}: {e}", dir.display()))?;
+    if free < size.saturating_mul(2).saturating_add(ROOM_TO_SPARE) {
+        return Err(format!("{free} bytes free, too few for a spare segment of {size}"));
+    }
+    let synced = |r: std::io::Result<()>| r.map_err(|e| (true, e));
+    let fill = || -> Result<File, (bool, std::io::Error)> {
+        let f =
+            OpenOptions::new().create(true).write(true).truncate(true).open(&path).map_err(|e| (false, e))?;
+        let zeros = vec![0u8; SPARE_SYNC_STEP as usize];
+        let mut at = 0u64;
+        while at < size {
+            if stop.load(Ordering::Acquire) {
+                return Err((false, std::io::Error::other("the store is stopping")));
+            }
+            let n = (size - at).min(zeros.len() as u64) as usize;
+            std::os::unix::fs::FileExt::write_all_at(&f, &zeros[..n], at).map_err(|e| (false, e))?;
+            at += n as u64;
+            // Written out as it goes, so no large burst of dirty pages delays the journal's syncs.
+            synced(f.sync_data())?;
+        }
+        synced(f.sync_all())?;
+        Ok(f)
+    };
+    fill().map_err(|(sync_failed, e)| {
+        let _ = std::fs::remove_file(&path);
+        if sync_failed {
+            shared.halt.halt(format!("syncing {} failed: {e}", path.display()));
+        }
+        format!("{}: {e}", path.display())
+    })
+}
+
+pub(super) fn append_loop(
+    shared: &Shared,
+    rx: Receiver<Entry>,
+    lanes: &Lanes,
+    mut seg: Segment,
+    spare_req: Sender<u64>,
+    spare_done: Receiver<Result<File, String>>,
+) {
+    let seg_bytes = shared.segment_bytes;
+    let prepare_after = seg_bytes / PREPARE_SHARE;
+    let mut spare = Spare::Idle;
+    let mut poisoned: HashMap<u64, ()> = HashMap::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    // The last record written: the next segment is named one past it (not after the first
+    // record it will hold, which refused writes can leave a gap before).
+    let mut last_written = seg.first_seq - 1;
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(e) => batch.push(e),
+                Err(_) => break,
+            }
+        }
+        let last_seq = batch.last().map_or(0, |e| e.seq);
+        // Once the journal's tail is unknown (a failed append could not be cut off), nothing more
+        // is appended after it: every later entry fails until a restart sorts the tail out.
+        let broken = shared.halt.is_on();
+        // Frames are encoded here rather than on the async workers, which on a small machine
+        // are what limits the write rate; this thread mostly waits for the disk. One that
+        // cannot be encoded fails like a failed append: with every write built on it.
+        let batch: Vec<Entry> = batch
+            .into_iter()
+            .filter_map(|mut e| {
+                if broken || poisoned.contains_key(&e.basis) {
+                    return Some(e); // refused below, unencoded
+                }
+                match encode_frame_body(&e.op) {
+                    Ok((mut frame, spans)) => {
+                        stamp(&mut frame, e.seq);
+                        e.frame = frame;
+                        e.spans = spans;
+                        Some(e)
+                    }
+                    Err(err) => {
+                        tracing::error!(error = %err, seq = e.seq, "a write could not be encoded; it and the writes built on it are refused");
+                        poisoned.insert(e.basis, ());
+                        forget_txids(shared, std::iter::once(&*e.op));
+                        let _ = e.ack.send(Err(err));
+                        None
+                    }
+                }
+            })
+            .collect();
+        // (An entry is most of a KB: the usual batch, all of it live, is not copied apart.)
+        let (live, dead): (Vec<Entry>, Vec<Entry>) = if !broken && poisoned.is_empty() {
+            (batch, Vec::new())
+        } else {
+            batch.into_iter().partition(|e| !broken && !poisoned.contains_key(&e.basis))
+        };
+        let failed: Vec<Op> = Vec::new();
+        // Ids of refused operations leave the 409 index before their answer goes out, so a
+        // retry is never told "already made".
+        forget_txids(shared, dead.iter().map(|e| &*e.op));
+        for e in dead {
+            let err = if broken {
+                shared.halt.error()
+            } else {
+                StoreError::Refused("an earlier write this one builds on failed".into())
+            };
+            let _ = e.ack.send(Err(err));
+        }
+        if live.is_empty() {
+            finish_batch(shared, lanes, Vec::new(), Vec::new(), failed, last_seq, 0);
+            continue;
+        }
+        buf.clear();
+        buf.extend_from_slice(&batch_marker(live[0].seq));
+        for e in &live {
+            buf.extend_from_slice(&e.frame);
+        }
+        match spare_done.try_recv() {
+            Ok(Ok(f)) => spare = Spare::Ready(f),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "no spare journal segment; segments grow with each append for now");
+                spare = Spare::Failed(Instant::now());
+            }
+            Err(_) => {}
+        }
+        let ready = matches!(spare, Spare::Ready(_));
+        // Never away from an empty segment: the next would take its name.
+        let full = seg.pos > 0
+            && if seg.cap > 0 {
+                seg.pos + buf.len() as u64 > seg.cap
+            } else {
+                seg.pos >= seg_bytes || (ready && seg.pos >= prepare_after)
+            };
+        if full {
+            let zeroed = match std::mem::replace(&mut spare, Spare::Idle) {
+                Spare::Ready(f) => Some(f),
+                other => {
+                    spare = other;
+                    None
+                }
+            };
+            match rotate(shared, last_written + 1, zeroed) {
+                Ok(s) => seg = s,
+                Err(e) => {
+                    tracing::error!(error = %e, "journal rotation failed; appending to the current segment")
+                }
+            }
+        }
+        // The next spare is asked for while this segment fills: at once after a zero-filled one,
+        // after `prepare_after` bytes of a growing one.
+        let retry = match spare {
+            Spare::Idle => true,
+            Spare::Failed(at) => at.elapsed() >= SPARE_RETRY,
+            Spare::Pending | Spare::Ready(_) => false,
+        };
+        if retry && (seg.cap > 0 || seg.pos >= prepare_after) && spare_req.send(seg_bytes).is_ok() {
+            spare = Spare::Pending;
+        }
+        // Err((synced, error)): whether the write went through and its sync failed.
+        let written = match shared.fail_next_append.swap(0, Ordering::SeqCst) {
+            0 => {
+                let _timer = crate::metrics::flush_timer();
+                std::os::unix::fs::FileExt::write_all_at(&seg.file, &buf, seg.pos)
+                    .map_err(|e| (false, e))
+                    .and_then(|_| seg.file.sync_data().map_err(|e| (true, e)))
+            }
+            hook => {
+                if let Some(gate) = shared.failure_gate.lock().take() {
+                    let _ = gate.recv();
+                }
+                Err(if hook == FAIL_SYNC {
+                    (true, std::io::Error::from_raw_os_error(libc::EIO))
+                } else {
+                    (false, std::io::Error::from_raw_os_error(libc::ENOSPC))
+                })
+            }
+        };
+        crate::metrics::flush_commits(live.len() as u64);
+        match written {
+            Ok(()) => {
+                shared.append_failing.store(false, Ordering::Release);
+                seg.pos += buf.len() as u64;
+                last_written = live.last().map_or(last_written, |e| e.seq);
+                let mut durable = Vec::with_capacity(live.len());
+                let mut acks = Vec::with_capacity(live.len());
+                for e in live {
+                    durable.push(Durable { seq: e.seq, op: e.op, frame: Arc::new(e.frame), spans: e.spans });
+                    acks.push(e.ack);
+                }
+                finish_batch(shared, lanes, durable, acks, failed, last_seq, buf.len() as u64);
+            }
+            Err((sync_failed, err)) => {
+                tracing::error!(error = %err, file = %seg.path.display(), sync_failed, "journal append failed; the batch is refused");
+                // Cut the partial append off so the file ends on a whole record again: then the
+                // batch is known not to be durable. After a failed write (a full disk) the
+                // journal goes on, in a segment that grows from here; after a failed sync it
+                // stops (see `Halt`), the cut only keeps the refused batch from being replayed.
+                shared.append_failing.store(true, Ordering::Release);
+                let cut = seg.file.set_len(seg.pos).and_then(|_| seg.file.sync_all());
+                seg.cap = 0;
+                if sync_failed {
+                    shared.halt.halt(format!("syncing journal {} failed: {err}", seg.path.display()));
+                } else if let Err(e) = &cut {
+                    shared.halt.halt(format!(
+                        "a failed append ({err}) could not be cut off journal {}: {e}",
+                        seg.path.display()
+                    ));
+                }
+                let msg = format!("journal append failed: {err}");
+                forget_txids(shared, live.iter().map(|e| &*e.op));
+                for e in live {
+                    poisoned.insert(e.basis, ());
+                    let r = if shared.halt.is_on() {
+                        shared.halt.error()
+                    } else {
+                        StoreError::Refused(msg.clone())
+                    };
+                    let _ = e.ack.send(Err(r));
+                }
+                finish_batch(shared, lanes, Vec::new(), Vec::new(), failed, last_seq, 0);
+            }
+        }
+    }
+}
+
+/// Ends a batch: answers its durable operations (`acks`) and stages them. `handled` moves
+/// before the answers, so a read that follows one waits until the operations are staged; they
+/// are staged after them, so answers do not wait for the staging.
+pub(super) fn finish_batch(
+    shared: &Shared,
+    lanes: &Lanes,
+    durable: Vec<Durable>,
+    acks: Vec<tokio::sync::oneshot::Sender<Result<(), StoreError>>>,
+    failed: Vec<Op>,
+    last_seq: u64,
+    bytes: u64,
+) {
+    shared.handled.store(last_seq, Ordering::Release);
+    for a in acks {
+        let _ = a.send(Ok(()));
+    }
+    lanes.stage(shared, Handled { durable, failed, last_seq, journal_bytes: bytes });
+}
+
+/// Where handled batches are staged. The journal thread stages them itself, right after
+/// answering them: handing each batch to another thread cost a wake-up and a context switch
+/// per batch, which on a small machine was a tenth of a deposit's CPU. A batch with an
+/// operation that must list rows in storage (a deletion, which may read many rows, or wait
+/// while storage reopens) goes to the applier thread instead, and so does every batch after it
+/// until the applier has staged them all: batches are staged in order, and a slow listing never
+/// holds up appends.
+pub(super) struct Lanes {
+    pub(super) applier: Arc<Mutex<Applier>>,
+    pub(super) atx: Sender<Handled>,
+    /// Batches sent to the applier thread and not yet staged.
+    pub(super) queued: Arc<AtomicUsize>,
+}
+
+impl Lanes {
+    fn stage(&self, shared: &Shared, mut h: Handled) {
+        let slow = self.queued.load(Ordering::Acquire) > 0
+            || h.durable.iter().any(|d| sled_store::lists_rows(&d.op));
+        if slow {
+            self.queued.fetch_add(1, Ordering::AcqRel);
+            match self.atx.send(h) {
+                Ok(()) => return,
+                // The applier thread is gone (only when stopping, once checkpoints ended): here.
+                Err(mpsc::SendError(back)) => {
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    h = back;
+                }
+            }
+        }
+        self.applier.lock().take(shared, Some(h));
+    }
+}
+
+/// Starts segment `first_seq`: the zero-filled spare, renamed into place, or else an empty file.
+pub(super) fn rotate(shared: &Shared, first_seq: u64, zeroed: Option<File>) -> Result<Segment, StoreError> {
+    let p = segment_path(&shared.dir, first_seq);
+    let (file, cap) = match zeroed {
+        Some(f) => {
+            let cap = f.metadata().map_err(|e| io(&p, e))?.len();
+            std::fs::rename(shared.dir.join(SPARE_NAME), &p).map_err(|e| io(&p, e))?;
+            (f, cap)
+        }
+        None => {
+            (OpenOptions::new().create(true).write(true).truncate(true).open(&p).map_err(|e| io(&p, e))?, 0)
+        }
+    };
+    if let Err(e) = sync_dir(&shared.dir) {
+        // No empty segment may sort after the current one, or after a crash that one would no
+        // longer be the last and its torn tail would read as damage.
+        let _ = std::fs::remove_file(&p);
+        shared.halt.halt(format!("starting journal segment {}: {e}", p.display()));
+        return Err(e);
+    }
+    shared.segments.lock().push((first_seq, p.clone()));
+    Ok(Segment { file, path: p, pos: 0, cap, first_seq })
+}
