@@ -22,7 +22,7 @@ use crate::domain::engine::{Change, TxRecord};
 use crate::domain::tree::{AccountId, Ledger, Text, Tree};
 
 /// Syncs a file or a directory (a directory: its entries) to stable storage.
-fn sync_path(p: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn sync_path(p: &std::path::Path) -> std::io::Result<()> {
     std::fs::File::open(p).and_then(|f| f.sync_all())
 }
 

@@ -7,7 +7,7 @@ use super::*;
 /// The segment being appended to: `pos` is where the next batch goes; `cap` the size it was
 /// zero-filled to (0: it grows with each append).
 pub(super) struct Segment {
-    pub(super) file: File,
+    pub(super) file: JFile,
     pub(super) path: PathBuf,
     pub(super) pos: u64,
     pub(super) cap: u64,
@@ -20,13 +20,13 @@ pub(super) struct Segment {
 pub(super) enum Spare {
     Idle,
     Pending,
-    Ready(File),
+    Ready(JFile),
     Failed(Instant),
 }
 
 pub(super) fn journal_thread(shared: Arc<Shared>, rx: Receiver<Entry>, lanes: Lanes, seg: Segment) {
     let (req_tx, req_rx) = mpsc::channel::<u64>();
-    let (done_tx, done_rx) = mpsc::channel::<Result<File, String>>();
+    let (done_tx, done_rx) = mpsc::channel::<Result<JFile, String>>();
     let sh = &*shared;
     std::thread::scope(|scope| {
         let spare = std::thread::Builder::new()
@@ -52,7 +52,7 @@ pub(super) fn yield_to_requests() {
 }
 
 /// Zero-fills spare segments on request, off the journal thread (a segment takes seconds).
-pub(super) fn spare_thread(shared: &Shared, req: Receiver<u64>, done: Sender<Result<File, String>>) {
+pub(super) fn spare_thread(shared: &Shared, req: Receiver<u64>, done: Sender<Result<JFile, String>>) {
     yield_to_requests();
     while let Ok(size) = req.recv() {
         if done.send(prepare_spare(shared, size)).is_err() {
@@ -63,19 +63,18 @@ pub(super) fn spare_thread(shared: &Shared, req: Receiver<u64>, done: Sender<Res
 
 /// Zero-fills `spare.tmp` to `size` and syncs it; gives up when the store stops (the next open
 /// deletes what is left). A failed sync halts the store, as the journal's own does.
-pub(super) fn prepare_spare(shared: &Shared, size: u64) -> Result<File, String> {
+pub(super) fn prepare_spare(shared: &Shared, size: u64) -> Result<JFile, String> {
     let (dir, stop) = (&shared.dir, &shared.stopping);
     let path = dir.join(SPARE_NAME);
     // The spare never takes a disk's last space: a full disk must fail appends the usual way,
     // and sled's checkpoints need room too.
-    let free = fs2::available_space(dir).map_err(|e| format!("free space of {}: {e}", dir.display()))?;
+    let free = shared.fs.available_space(dir).map_err(|e| format!("free space of {}: {e}", dir.display()))?;
     if free < size.saturating_mul(2).saturating_add(ROOM_TO_SPARE) {
         return Err(format!("{free} bytes free, too few for a spare segment of {size}"));
     }
     let synced = |r: std::io::Result<()>| r.map_err(|e| (true, e));
-    let fill = || -> Result<File, (bool, std::io::Error)> {
-        let f =
-            OpenOptions::new().create(true).write(true).truncate(true).open(&path).map_err(|e| (false, e))?;
+    let fill = || -> Result<JFile, (bool, std::io::Error)> {
+        let f = shared.fs.create(&path).map_err(|e| (false, e))?;
         let zeros = vec![0u8; SPARE_SYNC_STEP as usize];
         let mut at = 0u64;
         while at < size {
@@ -83,7 +82,7 @@ pub(super) fn prepare_spare(shared: &Shared, size: u64) -> Result<File, String> 
                 return Err((false, std::io::Error::other("the store is stopping")));
             }
             let n = (size - at).min(zeros.len() as u64) as usize;
-            std::os::unix::fs::FileExt::write_all_at(&f, &zeros[..n], at).map_err(|e| (false, e))?;
+            f.write_all_at(&zeros[..n], at).map_err(|e| (false, e))?;
             at += n as u64;
             // Written out as it goes, so no large burst of dirty pages delays the journal's syncs.
             synced(f.sync_data())?;
@@ -92,7 +91,7 @@ pub(super) fn prepare_spare(shared: &Shared, size: u64) -> Result<File, String> 
         Ok(f)
     };
     fill().map_err(|(sync_failed, e)| {
-        let _ = std::fs::remove_file(&path);
+        let _ = shared.fs.remove(&path);
         if sync_failed {
             shared.halt.halt(format!("syncing {} failed: {e}", path.display()));
         }
@@ -106,7 +105,7 @@ pub(super) fn append_loop(
     lanes: &Lanes,
     mut seg: Segment,
     spare_req: Sender<u64>,
-    spare_done: Receiver<Result<File, String>>,
+    spare_done: Receiver<Result<JFile, String>>,
 ) {
     let seg_bytes = shared.segment_bytes;
     let prepare_after = seg_bytes / PREPARE_SHARE;
@@ -222,13 +221,10 @@ pub(super) fn append_loop(
         if retry && (seg.cap > 0 || seg.pos >= prepare_after) && spare_req.send(seg_bytes).is_ok() {
             spare = Spare::Pending;
         }
-        // Err((synced, error)): whether the write went through and its sync failed.
         let written = match shared.fail_next_append.swap(0, Ordering::SeqCst) {
             0 => {
                 let _timer = crate::metrics::flush_timer();
-                std::os::unix::fs::FileExt::write_all_at(&seg.file, &buf, seg.pos)
-                    .map_err(|e| (false, e))
-                    .and_then(|_| seg.file.sync_data().map_err(|e| (true, e)))
+                write_batch(&seg, &buf)
             }
             hook => {
                 if let Some(gate) = shared.failure_gate.lock().take() {
@@ -256,22 +252,7 @@ pub(super) fn append_loop(
                 finish_batch(shared, lanes, durable, acks, failed, last_seq, buf.len() as u64);
             }
             Err((sync_failed, err)) => {
-                tracing::error!(error = %err, file = %seg.path.display(), sync_failed, "journal append failed; the batch is refused");
-                // Cut the partial append off so the file ends on a whole record again: then the
-                // batch is known not to be durable. After a failed write (a full disk) the
-                // journal goes on, in a segment that grows from here; after a failed sync it
-                // stops (see `Halt`), the cut only keeps the refused batch from being replayed.
-                shared.append_failing.store(true, Ordering::Release);
-                let cut = seg.file.set_len(seg.pos).and_then(|_| seg.file.sync_all());
-                seg.cap = 0;
-                if sync_failed {
-                    shared.halt.halt(format!("syncing journal {} failed: {err}", seg.path.display()));
-                } else if let Err(e) = &cut {
-                    shared.halt.halt(format!(
-                        "a failed append ({err}) could not be cut off journal {}: {e}",
-                        seg.path.display()
-                    ));
-                }
+                fail_batch(shared, &mut seg, sync_failed, &err);
                 let msg = format!("journal append failed: {err}");
                 forget_txids(shared, live.iter().map(|e| &*e.op));
                 for e in live {
@@ -286,6 +267,32 @@ pub(super) fn append_loop(
                 finish_batch(shared, lanes, Vec::new(), Vec::new(), failed, last_seq, 0);
             }
         }
+    }
+}
+
+/// Appends a batch at the segment's position and syncs it. `Err((sync_failed, error))`: whether
+/// the write went through and its sync failed.
+pub(super) fn write_batch(seg: &Segment, buf: &[u8]) -> Result<(), (bool, std::io::Error)> {
+    seg.file.write_all_at(buf, seg.pos).map_err(|e| (false, e))?;
+    seg.file.sync_data().map_err(|e| (true, e))
+}
+
+/// After a failed append: cuts the partial append off so the file ends on a whole record again
+/// (the batch is then known not to be durable). After a failed write (a full disk) the journal
+/// goes on, in a segment that grows from here; after a failed sync it stops (see `Halt`), the
+/// cut only keeps the refused batch from being replayed.
+pub(super) fn fail_batch(shared: &Shared, seg: &mut Segment, sync_failed: bool, err: &std::io::Error) {
+    tracing::error!(error = %err, file = %seg.path.display(), sync_failed, "journal append failed; the batch is refused");
+    shared.append_failing.store(true, Ordering::Release);
+    let cut = seg.file.set_len(seg.pos).and_then(|_| seg.file.sync_all());
+    seg.cap = 0;
+    if sync_failed {
+        shared.halt.halt(format!("syncing journal {} failed: {err}", seg.path.display()));
+    } else if let Err(e) = &cut {
+        shared.halt.halt(format!(
+            "a failed append ({err}) could not be cut off journal {}: {e}",
+            seg.path.display()
+        ));
     }
 }
 
@@ -342,22 +349,20 @@ impl Lanes {
 }
 
 /// Starts segment `first_seq`: the zero-filled spare, renamed into place, or else an empty file.
-pub(super) fn rotate(shared: &Shared, first_seq: u64, zeroed: Option<File>) -> Result<Segment, StoreError> {
+pub(super) fn rotate(shared: &Shared, first_seq: u64, zeroed: Option<JFile>) -> Result<Segment, StoreError> {
     let p = segment_path(&shared.dir, first_seq);
     let (file, cap) = match zeroed {
         Some(f) => {
-            let cap = f.metadata().map_err(|e| io(&p, e))?.len();
-            std::fs::rename(shared.dir.join(SPARE_NAME), &p).map_err(|e| io(&p, e))?;
+            let cap = f.len().map_err(|e| io(&p, e))?;
+            shared.fs.rename(&shared.dir.join(SPARE_NAME), &p).map_err(|e| io(&p, e))?;
             (f, cap)
         }
-        None => {
-            (OpenOptions::new().create(true).write(true).truncate(true).open(&p).map_err(|e| io(&p, e))?, 0)
-        }
+        None => (shared.fs.create(&p).map_err(|e| io(&p, e))?, 0),
     };
-    if let Err(e) = sync_dir(&shared.dir) {
+    if let Err(e) = sync_dir(&*shared.fs, &shared.dir) {
         // No empty segment may sort after the current one, or after a crash that one would no
         // longer be the last and its torn tail would read as damage.
-        let _ = std::fs::remove_file(&p);
+        let _ = shared.fs.remove(&p);
         shared.halt.halt(format!("starting journal segment {}: {e}", p.display()));
         return Err(e);
     }

@@ -116,7 +116,7 @@ pub(super) fn wait_for_room(shared: &Shared, m: &Memtable, warned: &mut bool) ->
             return false;
         }
         // An unknown answer counts as room: the write itself then tells.
-        match fs2::available_space(&shared.data_dir) {
+        match shared.fs.available_space(&shared.data_dir) {
             Ok(free) if free < need => {
                 if !*warned {
                     *warned = true;
@@ -141,7 +141,7 @@ pub(super) fn reopen(shared: &Shared) {
         s.close();
     }
     let opened = SledStore::open(&shared.data_dir).and_then(|s| {
-        let (held, marked) = (s.applied_seq()?, read_checkpoint(&shared.dir)?);
+        let (held, marked) = (s.applied_seq()?, read_checkpoint(&*shared.fs, &shared.dir)?);
         if held < marked {
             return Err(crate::store::sled_store::damaged(
                 &shared.data_dir.join("db"),
@@ -161,9 +161,9 @@ pub(super) fn reopen(shared: &Shared) {
 pub(super) const CHECKPOINT_FILE: &str = "checkpoint";
 
 /// The journal record number the last completed checkpoint flushed into sled (0 if none).
-pub(super) fn read_checkpoint(jdir: &Path) -> Result<u64, StoreError> {
+pub(super) fn read_checkpoint(fs: &dyn Fs, jdir: &Path) -> Result<u64, StoreError> {
     let path = jdir.join(CHECKPOINT_FILE);
-    match std::fs::read(&path) {
+    match fs.read(&path) {
         Ok(b) => {
             let arr: [u8; 12] = b.as_slice().try_into().map_err(|_| {
                 StoreError::Corrupt(format!("{} is damaged (length {})", path.display(), b.len()))
@@ -185,14 +185,14 @@ pub(super) fn read_checkpoint(jdir: &Path) -> Result<u64, StoreError> {
 }
 
 /// Records that sled holds every record up to `seq` (written aside, synced, then renamed).
-pub(super) fn write_checkpoint(jdir: &Path, seq: u64) -> Result<(), StoreError> {
+pub(super) fn write_checkpoint(fs: &dyn Fs, jdir: &Path, seq: u64) -> Result<(), StoreError> {
     let tmp = jdir.join("checkpoint.tmp");
     let mut b = seq.to_le_bytes().to_vec();
     b.extend_from_slice(&crc32fast::hash(&seq.to_le_bytes()).to_le_bytes());
-    let mut f = File::create(&tmp).map_err(|e| io(&tmp, e))?;
-    f.write_all(&b).and_then(|_| f.sync_all()).map_err(|e| io(&tmp, e))?;
-    std::fs::rename(&tmp, jdir.join(CHECKPOINT_FILE)).map_err(|e| io(&tmp, e))?;
-    sync_dir(jdir)
+    let f = fs.create(&tmp).map_err(|e| io(&tmp, e))?;
+    f.write_all_at(&b, 0).and_then(|_| f.sync_all()).map_err(|e| io(&tmp, e))?;
+    fs.rename(&tmp, &jdir.join(CHECKPOINT_FILE)).map_err(|e| io(&tmp, e))?;
+    sync_dir(fs, jdir)
 }
 
 /// Flushes sled, then deletes every closed segment whose records that flush covers.
@@ -215,7 +215,7 @@ pub(super) fn checkpoint(shared: &Shared) {
         Err(e) => return shared.halt.halt(format!("flushing storage at a checkpoint failed: {e}")),
     };
     // The marker goes first: a segment is deleted only once the marker says sled holds it.
-    if let Err(e) = write_checkpoint(&shared.dir, covered) {
+    if let Err(e) = write_checkpoint(&*shared.fs, &shared.dir, covered) {
         return shared.halt.halt(format!("recording a checkpoint failed: {e}"));
     }
     // Taken off the list under its lock, deleted after: the journal thread takes that lock to
@@ -245,7 +245,7 @@ pub(super) fn drop_segments(shared: &Shared, segs: &[PathBuf]) {
     let mut renamed = Vec::with_capacity(segs.len());
     for p in segs {
         let gone = p.with_extension(DROPPING_EXT);
-        match std::fs::rename(p, &gone) {
+        match shared.fs.rename(p, &gone) {
             Ok(()) => renamed.push(gone),
             Err(e) => {
                 tracing::warn!(error = %e, file = %p.display(), "could not delete a covered journal segment")
@@ -255,24 +255,24 @@ pub(super) fn drop_segments(shared: &Shared, segs: &[PathBuf]) {
     if renamed.is_empty() {
         return;
     }
-    if let Err(e) = sync_dir(dir) {
+    if let Err(e) = sync_dir(&*shared.fs, dir) {
         // Unsynced renames could come back under the old names: leave the files whole.
         return shared.halt.halt(format!("deleting covered journal segments: {e}"));
     }
     for p in &renamed {
-        if let Err(e) = cut_and_remove(p) {
+        if let Err(e) = cut_and_remove(&*shared.fs, p) {
             tracing::warn!(error = %e, file = %p.display(), "could not delete a covered journal segment");
         }
     }
 }
 
-pub(super) fn cut_and_remove(p: &Path) -> std::io::Result<()> {
-    let f = OpenOptions::new().write(true).open(p)?;
-    let mut len = f.metadata()?.len();
+pub(super) fn cut_and_remove(fs: &dyn Fs, p: &Path) -> std::io::Result<()> {
+    let f = fs.open(p)?;
+    let mut len = f.len()?;
     while len > 0 {
         len = len.saturating_sub(DROP_STEP);
         f.set_len(len)?;
     }
     drop(f);
-    std::fs::remove_file(p)
+    fs.remove(p)
 }

@@ -36,8 +36,6 @@
 //! never whole on disk: a torn tail (etcd's WAL tells torn writes from damage the same way).
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -59,12 +57,16 @@ mod append;
 mod applier;
 mod checkpoint;
 mod frame;
+mod fs;
 mod recovery;
+#[cfg(test)]
+mod sim;
 
 use append::*;
 use applier::*;
 use checkpoint::*;
 use frame::*;
+use fs::{Disk, Fs, FsFile};
 use recovery::*;
 
 /// A segment is closed and a new one started past this size (the default of
@@ -145,6 +147,8 @@ struct Submitter {
 
 /// State shared by the store and its threads.
 struct Shared {
+    /// Where the journal's files live (the disk, or a simulated one in tests).
+    fs: Arc<dyn Fs>,
     /// `None` only while the checkpoint thread reopens it after a failure.
     sled: parking_lot::RwLock<Option<SledStore>>,
     /// Rows applied but not yet written into sled.
@@ -247,11 +251,48 @@ fn segment_path(dir: &Path, first_seq: u64) -> PathBuf {
     dir.join(format!("{first_seq:020}.wal"))
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    super::sync_path(dir).map_err(|e| io(dir, e))
+fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<(), StoreError> {
+    fs.sync_dir(dir).map_err(|e| io(dir, e))
 }
 
+/// A journal file: a segment, the spare, the checkpoint marker.
+type JFile = Box<dyn FsFile>;
+
 impl Shared {
+    /// The state of a store whose journal continues from `last_seq` in segment `seg`.
+    fn new(
+        fs: Arc<dyn Fs>,
+        data_dir: &Path,
+        sled: Option<SledStore>,
+        id_secret: [u64; 2],
+        last_seq: u64,
+        seg: PathBuf,
+        segment_bytes: u64,
+    ) -> Shared {
+        Shared {
+            fs,
+            id_secret,
+            sled: parking_lot::RwLock::new(sled),
+            overlay: Overlay::default(),
+            data_dir: data_dir.to_path_buf(),
+            dir: data_dir.join("journal"),
+            handled: AtomicU64::new(last_seq),
+            processed: AtomicU64::new(last_seq),
+            caught_up: tokio::sync::Notify::new(),
+            pending_txids: Mutex::new(PendingTxids::default()),
+            segments: Mutex::new(vec![(last_seq + 1, seg)]),
+            halt: Halt::default(),
+            stalled: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            append_failing: AtomicBool::new(false),
+            fail_next_append: AtomicU8::new(0),
+            failure_gate: Mutex::new(None),
+            #[cfg(test)]
+            slow_applier_ms: AtomicU64::new(0),
+            segment_bytes,
+        }
+    }
+
     fn with_sled<T>(&self, f: impl FnOnce(&SledStore) -> Result<T, StoreError>) -> Result<T, StoreError> {
         match self.sled.read().as_ref() {
             Some(s) => f(s),
@@ -282,48 +323,17 @@ impl JournalStore {
     /// As [`JournalStore::open`], with the given checkpoint interval and segment size.
     pub fn open_with(dir: &Path, opts: JournalOptions) -> Result<JournalStore, StoreError> {
         let checkpoint_every = opts.checkpoint_every;
-        super::create_dir_durable(dir).map_err(|e| io(dir, e))?;
+        let fs: Arc<dyn Fs> = Arc::new(Disk);
+        fs.create_dir_durable(dir).map_err(|e| io(dir, e))?;
         let sled = SledStore::open(dir)?;
         let jdir = dir.join("journal");
-        super::create_dir_durable(&jdir).map_err(|e| io(&jdir, e))?;
-        let last_seq = replay(&sled, &jdir)?;
-        // A spare left by an earlier run may be half filled: the next one starts afresh. A
-        // segment an earlier run was deleting is covered by its checkpoint.
-        for entry in std::fs::read_dir(&jdir).map_err(|e| io(&jdir, e))? {
-            let p = entry.map_err(|e| io(&jdir, e))?.path();
-            if p.file_name().is_some_and(|n| n == SPARE_NAME)
-                || p.extension().is_some_and(|x| x == DROPPING_EXT)
-            {
-                std::fs::remove_file(&p).map_err(|e| io(&p, e))?;
-            }
-        }
+        fs.create_dir_durable(&jdir).map_err(|e| io(&jdir, e))?;
+        let last_seq = replay(&*fs, &sled, &jdir)?;
         let next_seq = last_seq + 1;
-        let seg = segment_path(&jdir, next_seq);
-        let file =
-            OpenOptions::new().create(true).write(true).truncate(true).open(&seg).map_err(|e| io(&seg, e))?;
-        sync_dir(&jdir)?;
+        let (seg, file) = start_journal(&*fs, &jdir, next_seq)?;
         let id_secret = sled.id_secret();
-        let shared = Arc::new(Shared {
-            id_secret,
-            sled: parking_lot::RwLock::new(Some(sled)),
-            overlay: Overlay::default(),
-            data_dir: dir.to_path_buf(),
-            dir: jdir,
-            handled: AtomicU64::new(last_seq),
-            processed: AtomicU64::new(last_seq),
-            caught_up: tokio::sync::Notify::new(),
-            pending_txids: Mutex::new(PendingTxids::default()),
-            segments: Mutex::new(vec![(next_seq, seg.clone())]),
-            halt: Halt::default(),
-            stalled: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-            append_failing: AtomicBool::new(false),
-            fail_next_append: AtomicU8::new(0),
-            failure_gate: Mutex::new(None),
-            #[cfg(test)]
-            slow_applier_ms: AtomicU64::new(0),
-            segment_bytes: opts.segment_bytes,
-        });
+        let shared =
+            Arc::new(Shared::new(fs, dir, Some(sled), id_secret, last_seq, seg.clone(), opts.segment_bytes));
         let (tx, rx) = mpsc::channel::<Entry>();
         let (atx, arx) = mpsc::channel::<Handled>();
         let (ctx, crx) = mpsc::channel::<Arc<Memtable>>();

@@ -6,12 +6,50 @@ use super::*;
 /// At start, applies every journal record after the checkpoint marker again; returns the
 /// last sequence number in the journal (or sled's, if higher). A torn tail is cut off, and the
 /// segments are deleted once sled, flushed, holds all of them.
-pub(super) fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
+pub(super) fn replay(fs: &dyn Fs, sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
     let applied = sled.applied_seq()?;
+    // Records are gathered in a memtable and written into sled as the checkpoints write them
+    // (log records joined into runs, in large batches): one sled batch per record made a
+    // restart after heavy writes take 20 s for 400 MB of journal. A record that lists rows (a
+    // deletion) reads them through the memtable over sled, as the applier does.
+    let overlay = Overlay::default();
+    let id_secret = Some(sled.id_secret());
+    let mut replayed = 0usize;
+    let (last, segs) = scan_journal(fs, jdir, applied, |seq, op| {
+        let rows = overlay.read(sled.db(), |r| {
+            let mut rows = Vec::with_capacity(op.rows());
+            sled_store::rows_into(r, &mut rows, &op, id_secret).map(|_| rows)
+        })?;
+        overlay.stage(rows, seq);
+        if overlay.active_bytes() >= MEMTABLE_BYTES {
+            write_replayed(sled, &overlay)?;
+        }
+        replayed += 1;
+        Ok(())
+    })?;
+    write_replayed(sled, &overlay)?;
+    sled.flush()?;
+    finish_replay(fs, jdir, sled.applied_seq()?, &segs)?;
+    if replayed > 0 {
+        tracing::info!(records = replayed, "replayed the journal into storage");
+    }
+    Ok(last)
+}
+
+/// The journal's side of a start: checks the marker against what storage holds (`applied`),
+/// reads every segment in order, checks that they chain, hands each record after the marker
+/// to `apply` and cuts a torn tail off. Returns the last sequence number seen (or `applied`,
+/// if higher) and the segments read.
+pub(super) fn scan_journal(
+    fs: &dyn Fs,
+    jdir: &Path,
+    applied: u64,
+    mut apply: impl FnMut(u64, Op) -> Result<(), StoreError>,
+) -> Result<(u64, Vec<PathBuf>), StoreError> {
     // Journal segments are deleted once a sled flush holds them; the marker says how far that
     // was. sled holding less means it lost flushed writes (its recovery stops at a damaged
     // record), which the journal can no longer restore.
-    let marked = read_checkpoint(jdir)?;
+    let marked = read_checkpoint(fs, jdir)?;
     if applied < marked {
         let db = jdir.parent().unwrap_or(jdir).join("db");
         return Err(crate::store::sled_store::damaged(
@@ -19,24 +57,18 @@ pub(super) fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
             &format!("it holds writes up to journal record {applied}, but records up to {marked} were flushed to it"),
         ));
     }
-    let mut segs: Vec<PathBuf> = std::fs::read_dir(jdir)
+    let mut segs: Vec<PathBuf> = fs
+        .list(jdir)
         .map_err(|e| io(jdir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+        .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "wal"))
         .collect();
     segs.sort();
     let mut last = applied;
-    let mut replayed = 0usize;
-    // Records are gathered in a memtable and written into sled as the checkpoints write them
-    // (log records joined into runs, in large batches): one sled batch per record made a
-    // restart after heavy writes take 20 s for 400 MB of journal. A record that lists rows (a
-    // deletion) reads them through the memtable over sled, as the applier does.
-    let overlay = Overlay::default();
-    let id_secret = Some(sled.id_secret());
     // Where the previous segment ended: each is named one past the last record before it.
     let mut before: Option<(&PathBuf, Option<u64>)> = None;
     for (i, path) in segs.iter().enumerate() {
-        let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
+        let bytes = fs.read(path).map_err(|e| io(path, e))?;
         let (frames, tail) = parse_segment(path, &bytes, i + 1 == segs.len())?;
         check_chain(path, before, applied, frames.first().map(|f| f.seq))?;
         before = Some((path, frames.last().map(|f| f.seq)));
@@ -46,36 +78,49 @@ pub(super) fn replay(sled: &SledStore, jdir: &Path) -> Result<u64, StoreError> {
             // left sled's pages in the page cache, marked clean but never written (see
             // `Halt`); replaying rewrites them. Replaying a record sled holds is harmless.
             if f.seq > marked {
-                let op = decode_payload(path, f.seq, &bytes[f.payload_start..f.end])?;
-                let rows = overlay.read(sled.db(), |r| {
-                    let mut rows = Vec::with_capacity(op.rows());
-                    sled_store::rows_into(r, &mut rows, &op, id_secret).map(|_| rows)
-                })?;
-                overlay.stage(rows, f.seq);
-                if overlay.active_bytes() >= MEMTABLE_BYTES {
-                    write_replayed(sled, &overlay)?;
-                }
-                replayed += 1;
+                apply(f.seq, decode_payload(path, f.seq, &bytes[f.payload_start..f.end])?)?;
             }
             last = last.max(f.seq);
         }
         if let Tail::Torn(off) = tail {
             tracing::warn!(file = %path.display(), offset = off, bytes = bytes.len() - off,
                 "dropping a torn journal tail (an append cut short before its sync; never acknowledged)");
-            let f = OpenOptions::new().write(true).open(path).map_err(|e| io(path, e))?;
+            let f = fs.open(path).map_err(|e| io(path, e))?;
             f.set_len(off as u64).and_then(|_| f.sync_all()).map_err(|e| io(path, e))?;
         }
     }
-    write_replayed(sled, &overlay)?;
-    sled.flush()?;
-    write_checkpoint(jdir, sled.applied_seq()?)?;
-    for path in &segs {
-        std::fs::remove_file(path).map_err(|e| io(path, e))?;
+    Ok((last, segs))
+}
+
+/// Ends a start once storage holds (synced) every record up to `applied`: the marker says so,
+/// then the segments read go.
+pub(super) fn finish_replay(
+    fs: &dyn Fs,
+    jdir: &Path,
+    applied: u64,
+    segs: &[PathBuf],
+) -> Result<(), StoreError> {
+    write_checkpoint(fs, jdir, applied)?;
+    for path in segs {
+        fs.remove(path).map_err(|e| io(path, e))?;
     }
-    if replayed > 0 {
-        tracing::info!(records = replayed, "replayed the journal into storage");
+    Ok(())
+}
+
+/// Starts the journal after a start-up's replay: a spare or a covered segment an earlier run left
+/// goes (a spare may be half filled; a `*.dropping` segment is covered by its checkpoint), and
+/// segment `next_seq` is created, its name synced.
+pub(super) fn start_journal(fs: &dyn Fs, jdir: &Path, next_seq: u64) -> Result<(PathBuf, JFile), StoreError> {
+    for p in fs.list(jdir).map_err(|e| io(jdir, e))? {
+        if p.file_name().is_some_and(|n| n == SPARE_NAME) || p.extension().is_some_and(|x| x == DROPPING_EXT)
+        {
+            fs.remove(&p).map_err(|e| io(&p, e))?;
+        }
     }
-    Ok(last)
+    let seg = segment_path(jdir, next_seq);
+    let file = fs.create(&seg).map_err(|e| io(&seg, e))?;
+    sync_dir(fs, jdir)?;
+    Ok((seg, file))
 }
 
 /// Writes the records replayed so far into sled, the last journal record they reach with them.
