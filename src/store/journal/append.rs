@@ -175,11 +175,7 @@ pub(super) fn append_loop(
             finish_batch(shared, lanes, Vec::new(), Vec::new(), failed, last_seq, 0);
             continue;
         }
-        buf.clear();
-        buf.extend_from_slice(&batch_marker(live[0].seq));
-        for e in &live {
-            buf.extend_from_slice(&e.frame);
-        }
+        fill_batch(&mut buf, live[0].seq, live.iter().map(|e| &e.frame[..]));
         match spare_done.try_recv() {
             Ok(Ok(f)) => spare = Spare::Ready(f),
             Ok(Err(e)) => {
@@ -267,6 +263,15 @@ pub(super) fn append_loop(
                 finish_batch(shared, lanes, Vec::new(), Vec::new(), failed, last_seq, 0);
             }
         }
+    }
+}
+
+/// A batch as it is appended: its marker, then its records' frames.
+pub(super) fn fill_batch<'a>(buf: &mut Vec<u8>, first_seq: u64, frames: impl Iterator<Item = &'a [u8]>) {
+    buf.clear();
+    buf.extend_from_slice(&batch_marker(first_seq));
+    for f in frames {
+        buf.extend_from_slice(f);
     }
 }
 

@@ -214,6 +214,12 @@ pub(super) fn checkpoint(shared: &Shared) {
         }
         Err(e) => return shared.halt.halt(format!("flushing storage at a checkpoint failed: {e}")),
     };
+    commit_checkpoint(shared, covered);
+}
+
+/// Once sled holds (synced) every record up to `covered`: records it in the marker, then
+/// deletes every closed segment it covers.
+pub(super) fn commit_checkpoint(shared: &Shared, covered: u64) {
     // The marker goes first: a segment is deleted only once the marker says sled holds it.
     if let Err(e) = write_checkpoint(&*shared.fs, &shared.dir, covered) {
         return shared.halt.halt(format!("recording a checkpoint failed: {e}"));
