@@ -106,7 +106,8 @@ fn a_torn_tail_is_dropped_and_every_acknowledged_write_survives() {
     let mut torn = bytes[bytes.len() - 60..].to_vec();
     torn.truncate(30);
     let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
-    f.write_all(&bytes[..24]).unwrap();
+    // The header of the first record, after its batch's 25-byte marker frame.
+    f.write_all(&bytes[25..49]).unwrap();
     f.write_all(&torn).unwrap();
     drop(f);
     let mut p = spawn(dir.path()).expect("starts after a torn tail");

@@ -91,10 +91,11 @@ pub(super) fn prepare_spare(shared: &Shared, size: u64) -> Result<JFile, String>
         Ok(f)
     };
     fill().map_err(|(sync_failed, e)| {
-        let _ = shared.fs.remove(&path);
+        // Halted first: the journal thread acknowledges nothing more from here.
         if sync_failed {
             shared.halt.halt(format!("syncing {} failed: {e}", path.display()));
         }
+        let _ = shared.fs.remove(&path);
         format!("{}: {e}", path.display())
     })
 }
