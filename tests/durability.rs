@@ -185,6 +185,35 @@ fn a_failed_append_answers_500_changes_nothing_and_writes_resume() {
 }
 
 #[test]
+fn a_registration_refused_by_a_failed_append_can_be_sent_again() {
+    if embedded_only("the journal's failure hook") {
+        return;
+    }
+    let s = Srv::start();
+    let (tok, main) = s.user("again", "10");
+    s.raw(
+        "DELETE",
+        &format!("/delete?uuid={main}"),
+        &[("Authorization", &format!("Bearer {tok}"))],
+        Body::None,
+    )
+    .ok();
+    let app = s.run.as_ref().unwrap().app.clone();
+    app.journal.as_ref().expect("embedded engine").fail_next_append();
+    drop(app);
+    let r = s.post(&tok, "/register", json!({"user_id": "again", "initial_balance": "20"}));
+    assert_eq!(r.status, 500, "{}", r.text);
+    // Nothing was registered, so the same registration runs again, and stays after a restart.
+    let r = s.post(&tok, "/register", json!({"user_id": "again", "initial_balance": "30"}));
+    r.ok();
+    let main = r.s("uuid");
+    assert_eq!(s.balance(&tok, &main), "30");
+    let mut s = s;
+    s.restart();
+    assert_eq!(s.balance(&tok, &main), "30");
+}
+
+#[test]
 fn one_users_concurrent_writes_all_land_in_order_of_acknowledgement() {
     let s = Srv::start();
     let (tok, main) = s.user("u1", "0");

@@ -121,10 +121,6 @@ struct Slot {
     next_gen: AtomicU64,
     /// Idempotency keys of requests running now.
     idem_running: Mutex<std::collections::HashSet<String>>,
-    /// Basis of the last removal of the user (0: none). A registration that follows it builds on
-    /// it, so if the removal fails the registration fails too, rather than writing a second user
-    /// over rows the failed removal left in place.
-    gone_basis: AtomicU64,
     /// Commits queued and not yet answered; `idle` wakes writers waiting for none.
     in_flight: AtomicUsize,
     idle: tokio::sync::Notify,
@@ -425,10 +421,17 @@ impl Users {
         }
         let pending = slot.pending.lock().clone();
         let current = match pending {
-            Some(s) => crate::metrics::user_cache_hit_then(s),
-            None => {
-                // After a refused write, every earlier write must answer first: then the durable
-                // state is exact, and it is rebased so storage refuses nothing built on it.
+            Some(Some(s)) => crate::metrics::user_cache_hit_then(Some(s)),
+            // No user, and no write on its way that could prove that wrong.
+            Some(None) if slot.in_flight.load(Ordering::Acquire) == 0 => {
+                crate::metrics::user_cache_hit_then(None)
+            }
+            // Not known; or after a refused write, when every earlier write must answer first
+            // (then the durable state is exact, and it is rebased so storage refuses nothing
+            // built on it); or no user only as far as a removal still on its way says. Whether
+            // the user exists is decided on durable state, so a registration behind a removal
+            // that fails finds the user there (SPEC 13.2 item 4: it runs after the removal).
+            _ => {
                 self.wait_idle(&slot).await?;
                 let durable = slot.state.read().clone();
                 let s = match durable {
@@ -490,10 +493,8 @@ impl WriteGuard<'_> {
             ledger: tree.ledger.clone(),
             ..Change::default()
         };
-        let basis = match self.slot.gone_basis.load(Ordering::Acquire) {
-            0 => self.users.next_basis.fetch_add(1, Ordering::Relaxed),
-            b => b,
-        };
+        // Built on a durable "no such user" (see `Users::lock`): nothing before it can fail.
+        let basis = self.users.next_basis.fetch_add(1, Ordering::Relaxed);
         // Registration is the user's first data write: knowledge 1.
         let sync = SyncRow::of(1, &change);
         let knowledge = sync.as_ref().map_or(0, |r| r.knowledge);
@@ -549,9 +550,6 @@ impl WriteGuard<'_> {
     ) -> Result<(), StoreError> {
         let gen = slot.next_gen.fetch_add(1, Ordering::Relaxed) + 1;
         slot.in_flight.fetch_add(1, Ordering::AcqRel);
-        if matches!(*op, Op::DeleteUser { .. }) {
-            slot.gone_basis.store(basis, Ordering::Release);
-        }
         let durable = users.store.commit(op, basis);
         *slot.pending.lock() = Some(next.clone());
         drop(lock);
@@ -696,14 +694,8 @@ mod tests {
         });
     }
 
-    #[test]
-    fn a_registration_queued_behind_a_failed_removal_fails_with_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = Arc::new(JournalStore::open(dir.path()).unwrap());
-        let store: Arc<dyn Store> = journal.clone();
-        let users = Users::new(store);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let rec = |no: u64, root: AccountId| UserRecord {
+    fn rec(no: u64, root: AccountId) -> UserRecord {
+        UserRecord {
             user_id: "u".into(),
             user_no: no,
             password_hash: None,
@@ -711,31 +703,73 @@ mod tests {
             created_at: 0,
             root,
             ledger: crate::domain::tree::Ledger { initial_balance: 500, deposits: 0, withdrawals: 0 },
-        };
+        }
+    }
+
+    /// SPEC 13.2 item 4: writes of one user run one at a time, so a registration that comes
+    /// while the removal of the user is on its way runs after it. The removal failed, so the
+    /// user is still there (the registration answers "already exists"), whole.
+    #[test]
+    fn a_registration_behind_a_failed_removal_finds_the_user_still_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Arc::new(JournalStore::open(dir.path()).unwrap());
+        let store: Arc<dyn Store> = journal.clone();
+        let users = Users::new(store);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let g = users.lock("u").await.unwrap();
             g.create(rec(1, 11), Tree::new_user(11, 500)).await.unwrap();
-            // The removal's append fails, but only once `again` has read the state it left.
+            // The removal's append fails, but only once `again` has taken the lock after it.
             let release = journal.fail_next_append_when_released();
-            // Taken first, so `again` queues behind it whichever future is polled first.
             let held = users.lock("u").await.unwrap();
             let removal = held.delete_user();
-            // Queued once the removal has released the lock (before it is durable): it sees
-            // no user, and registers anew.
+            // join! polls in this order first: the removal queues and lets go of the lock, then
+            // `again` takes it while the removal is in flight, then the failure is let through.
             let again = async {
                 let g = users.lock("u").await.unwrap();
-                assert!(g.current.is_none());
-                drop(release);
-                g.create(rec(2, 22), Tree::new_user(22, 7)).await
+                match g.current.clone() {
+                    Some(cur) => Ok(cur),
+                    // No user seen: it registers over the removal in flight.
+                    None => Err(g.create(rec(2, 22), Tree::new_user(22, 7)).await),
+                }
             };
-            let (removed, registered) = tokio::join!(removal, again);
+            let let_fail = async { drop(release) };
+            let (removed, found, ()) = tokio::join!(removal, again, let_fail);
             assert!(removed.is_err());
-            assert!(registered.is_err(), "a registration over a failed removal must fail too");
+            let found = found.expect("the user is still there: no second registration");
+            assert_eq!((found.user.user_no, found.tree.root), (1, 11));
             // The first user is whole, in memory and in storage.
             let st = users.snapshot("u").await.unwrap().expect("the user is still there");
             assert_eq!((st.user.user_no, st.tree.root), (1, 11));
             let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
             assert_eq!((stored.user_no, tree.root), (1, 11));
+        });
+    }
+
+    /// A failed registration leaves no user behind, so the next one registers: nothing of the
+    /// failed one (nor of the removal before it) is held against it.
+    #[test]
+    fn a_registration_after_a_failed_one_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Arc::new(JournalStore::open(dir.path()).unwrap());
+        let store: Arc<dyn Store> = journal.clone();
+        let users = Users::new(store);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let g = users.lock("u").await.unwrap();
+            g.create(rec(1, 11), Tree::new_user(11, 500)).await.unwrap();
+            users.lock("u").await.unwrap().delete_user().await.unwrap();
+            journal.fail_next_append();
+            let g = users.lock("u").await.unwrap();
+            assert!(g.current.is_none());
+            assert!(g.create(rec(2, 22), Tree::new_user(22, 7)).await.is_err());
+            let g = users.lock("u").await.unwrap();
+            assert!(g.current.is_none());
+            g.create(rec(3, 33), Tree::new_user(33, 7)).await.expect("a registration after a failed one");
+            let st = users.snapshot("u").await.unwrap().expect("registered");
+            assert_eq!((st.user.user_no, st.tree.root), (3, 33));
+            let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
+            assert_eq!((stored.user_no, tree.root), (3, 33));
         });
     }
 }
