@@ -1,7 +1,7 @@
 //! Idempotency-Key (issue 8 item 4) over real HTTP: replays byte for byte, 422 on other
-//! parameters, 409 while the first request runs (or its write awaits durability after its client
-//! went away), 4xx kept, 5xx not, 24 h expiry, the bound per user, and durability across
-//! restarts.
+//! parameters, 409 while the first request runs and has not made its write, a retry that waits
+//! for a write awaiting durability (also after its client went away) and replays it, 4xx kept,
+//! 5xx not, 24 h expiry, the bound per user, and durability across restarts.
 
 mod common;
 
@@ -138,13 +138,13 @@ fn a_key_whose_first_request_still_runs_is_a_409() {
     assert_eq!(s.balance(&tok, &main), "5");
 }
 
-/// The pipelined commit of the embedded engine: a request whose client went away leaves its
-/// write queued, its key in the state the next writer builds on but not yet durable. A retry
-/// then is still running (409), even with other parameters; once the write is durable, the retry
-/// replays the stored answer and the deposit is there once. (Only the embedded engine pipelines:
-/// a shared engine commits before the request lets go of the user.)
+/// The pipelined commit of the embedded engine: a request whose write is made and waits for
+/// durability has its answer decided, also once its client has gone. A retry then waits for that
+/// write and replays its answer (a 422 with other parameters) rather than answering "still
+/// running"; after it, retries replay at once, and the deposit is there once. (Only the embedded
+/// engine pipelines: a shared engine commits before the request lets go of the user.)
 #[test]
-fn a_key_whose_write_awaits_durability_after_its_client_went_away_is_a_409_then_replays() {
+fn a_retry_while_the_keyed_write_awaits_durability_after_its_client_went_away_replays_it() {
     // Acknowledgements held back while `open` is false: the journal writes as usual, but the
     // writer keeps waiting for durability for as long as the test wants. `held`: writes now held.
     let open = Arc::new(tokio::sync::watch::channel(true).0);
@@ -196,26 +196,33 @@ fn a_key_whose_write_awaits_durability_after_its_client_went_away_is_a_409_then_
         assert!(Instant::now() < deadline, "the write never reached its wait for durability");
         std::thread::sleep(Duration::from_millis(10));
     }
-    // Gone for good: closed both ways (a client that only stops sending still gets its answer).
     drop(s);
-    // Still waiting for durability: a retry is running, even with other parameters.
-    assert_eq!(held.load(Ordering::SeqCst), 1);
+    // A retry waits for it at most the lock wait, then is told the request still runs.
+    srv.app.users.set_lock_wait(Duration::from_millis(100));
     call(Some("gone"), "/deposit", &first).fails(409, RUNNING);
-    call(Some("gone"), "/deposit", &body("6")).fails(409, RUNNING);
-    // Durable: the retry replays the stored answer, and the deposit is there once.
-    open.send_replace(true);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let again = loop {
-        // Published a moment after the release, by the task that waited.
-        let r = call(Some("gone"), "/deposit", &first);
-        if r.status != 409 || Instant::now() > deadline {
-            break r;
+    srv.app.users.set_lock_wait(pfm::store::users::LOCK_WAIT);
+    // Retries while the write waits for durability, with the same parameters and with others.
+    let (same, other) = std::thread::scope(|sc| {
+        let same = sc.spawn(|| call(Some("gone"), "/deposit", &first));
+        let other = sc.spawn(|| call(Some("gone"), "/deposit", &body("6")));
+        // The write becomes durable once both wait for it (or have answered without waiting).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while srv.app.users.idem_waiting("id_gone") < 2 && !(same.is_finished() && other.is_finished()) {
+            assert!(Instant::now() < deadline, "the retries neither answered nor waited");
+            std::thread::sleep(Duration::from_millis(5));
         }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    again.ok();
+        assert_eq!(held.load(Ordering::SeqCst), 1, "still waiting for durability");
+        open.send_replace(true);
+        (same.join().unwrap(), other.join().unwrap())
+    });
+    same.ok();
+    assert_eq!(same.header("idempotent-replayed"), Some("true"), "{}", same.text);
+    assert_eq!((same.n("amount"), same.n("balance")), ("5".to_string(), "5".to_string()));
+    other.fails(422, MISMATCH);
+    // After it: the same answer, byte for byte, at once.
+    let again = call(Some("gone"), "/deposit", &first);
+    assert_eq!((again.status, again.text.as_str()), (200, same.text.as_str()));
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
-    assert_eq!(call(Some("gone"), "/deposit", &first).text, again.text);
     call(Some("gone"), "/deposit", &body("6")).fails(422, MISMATCH);
     let bal = proc::send(addr, "GET", &format!("/get_balance?uuid={main}"), Some(&tok), &[], "").unwrap();
     assert_eq!(bal.ok().n("balance"), "5");

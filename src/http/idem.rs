@@ -2,7 +2,8 @@
 //! data, a request carrying the header is checked against the user's kept keys before it runs:
 //! the same key with the same request replays the first answer byte for byte (with
 //! `Idempotent-Replayed: true`) and runs nothing; with another request it is a 422; while the
-//! first request still runs, a 409. A handler's answer (2xx or 4xx) is kept: by the mutation's
+//! first request still runs, a 409, unless its write is made and only waits for durability:
+//! then the retry waits for it and answers from it (see `Users::idem_begin`). A handler's answer (2xx or 4xx) is kept: by the mutation's
 //! own commit when it writes (so a crash cannot separate the write from its key), else by an
 //! operation carrying only the key. 5xx answers and rejections before the handler (filter, 413,
 //! 408) are not kept, so a client can retry them. Keys live 24 h, at most 1000 per user.

@@ -121,9 +121,29 @@ struct Slot {
     next_gen: AtomicU64,
     /// Idempotency keys of requests running now.
     idem_running: Mutex<std::collections::HashSet<String>>,
+    /// Requests waiting for the write that carries their key to settle; `settled` wakes them
+    /// (only rung while there are some: every write settles).
+    idem_waiting: AtomicUsize,
+    settled: tokio::sync::Notify,
     /// Commits queued and not yet answered; `idle` wakes writers waiting for none.
     in_flight: AtomicUsize,
     idle: tokio::sync::Notify,
+}
+
+/// Counts a request among its user's `idem_waiting` until dropped (also on cancellation).
+struct IdemWaiting<'a>(&'a Slot);
+
+impl<'a> IdemWaiting<'a> {
+    fn new(slot: &'a Slot) -> Self {
+        slot.idem_waiting.fetch_add(1, Ordering::Relaxed);
+        IdemWaiting(slot)
+    }
+}
+
+impl Drop for IdemWaiting<'_> {
+    fn drop(&mut self) {
+        self.0.idem_waiting.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Every read looks its user up here: foldhash's quality variant is several times cheaper than
@@ -343,8 +363,19 @@ impl Users {
         self.slot(user_id).idem_running.lock().contains(key)
     }
 
+    /// Requests of `user_id` waiting for the write that carries their key (tests wait on it).
+    pub fn idem_waiting(&self, user_id: &str) -> usize {
+        self.slot(user_id).idem_waiting.load(Ordering::Relaxed)
+    }
+
     /// Checks `key` (request hash `fingerprint`) of `user_id` before its request runs. Keys
     /// older than [`IDEM_TTL_US`] at `now_us` count as absent.
+    ///
+    /// A key whose write is made and only waits for durability has its answer decided, whether
+    /// or not its request is still there to send it (its client may have gone): this waits for
+    /// that write (at most the lock wait) and answers from it, a replay or a 422, or runs the
+    /// request if the write failed. "Still running" is left for a first request that has not
+    /// made its write yet.
     pub async fn idem_begin(
         &self,
         user_id: &str,
@@ -353,28 +384,68 @@ impl Users {
         now_us: i64,
     ) -> Result<IdemCheck, StoreError> {
         let slot = self.slot(user_id);
-        if !slot.idem_running.lock().insert(key.to_string()) {
-            return Ok(IdemCheck::Running);
+        if let Some(check) = self.idem_look(&slot, user_id, key, fingerprint, now_us).await? {
+            return Ok(check);
         }
-        let run = IdemRun { slot: slot.clone(), key: key.to_string() };
+        let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
+        let deadline = tokio::time::Instant::now() + wait;
+        // Counted before looking again: a write that settles after this look sees the count
+        // and wakes it (see `settle`).
+        let _waiting = IdemWaiting::new(&slot);
+        loop {
+            let settled = slot.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            if let Some(check) = self.idem_look(&slot, user_id, key, fingerprint, now_us).await? {
+                return Ok(check);
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return Ok(IdemCheck::Running);
+            }
+        }
+    }
+
+    /// One look at `key` for [`Users::idem_begin`]; `None` while a write carrying it waits for
+    /// durability.
+    async fn idem_look(
+        &self,
+        slot: &Arc<Slot>,
+        user_id: &str,
+        key: &str,
+        fingerprint: &[u8],
+        now_us: i64,
+    ) -> Result<Option<IdemCheck>, StoreError> {
         // The running mark is taken first: a first request that finishes meanwhile has
         // published its key (durably) before dropping its mark.
-        let kept = match self.snapshot(user_id).await? {
-            Some(st) => st.idem.get(key).filter(|r| now_us - r.created_us < IDEM_TTL_US).cloned(),
-            None => None,
+        let run = slot
+            .idem_running
+            .lock()
+            .insert(key.to_string())
+            .then(|| IdemRun { slot: slot.clone(), key: key.to_string() });
+        let kept_in =
+            |st: &UserState| st.idem.get(key).filter(|r| now_us - r.created_us < IDEM_TTL_US).cloned();
+        let kept = match &run {
+            Some(_) => self.snapshot(user_id).await?.and_then(|st| kept_in(&st)),
+            // Another request's mark: only the state known now. Loading one waits for the
+            // user's lock, which that request may hold for long.
+            None => slot.state.read().as_ref().and_then(|k| k.as_deref()).and_then(kept_in),
         };
-        // A first request whose client went away may still be waiting for durability: its key
-        // is in the produced state already, so this one is still running, not new.
-        let queued = || {
+        match kept {
+            Some(r) if r.fingerprint == fingerprint => return Ok(Some(IdemCheck::Replay(r))),
+            Some(_) => return Ok(Some(IdemCheck::Mismatch)),
+            None => {}
+        }
+        // The key is in the state the next writer builds on: its write is queued.
+        let queued = {
             let pending = slot.pending.lock();
             let st = pending.as_ref().and_then(|k| k.as_ref());
             st.and_then(|st| st.idem.get(key)).is_some_and(|r| now_us - r.created_us < IDEM_TTL_US)
         };
-        Ok(match kept {
-            Some(r) if r.fingerprint == fingerprint => IdemCheck::Replay(r),
-            Some(_) => IdemCheck::Mismatch,
-            None if queued() => IdemCheck::Running,
-            None => IdemCheck::Proceed(run),
+        Ok(match (run, queued) {
+            (_, true) => None,
+            (Some(run), false) => Some(IdemCheck::Proceed(run)),
+            // The first request runs and has not made its write: its answer is not decided.
+            (None, false) => Some(IdemCheck::Running),
         })
     }
 
@@ -631,7 +702,7 @@ impl Drop for Settle {
 /// Publishes a durable write, or drops the states a failed one built on (see the module
 /// comment), then counts it out of `in_flight`.
 fn settle(slot: &Slot, gen: u64, basis: u64, next: Option<Arc<UserState>>, res: &Result<(), StoreError>) {
-    {
+    let wake = {
         let mut st = slot.state.write();
         let mut pending = slot.pending.lock();
         let same_basis = |k: &Known| match k {
@@ -660,6 +731,12 @@ fn settle(slot: &Slot, gen: u64, basis: u64, next: Option<Arc<UserState>>, res: 
                 }
             }
         }
+        // Read under the state's locks: a request counted before its look either saw this
+        // write's outcome or is counted here.
+        slot.idem_waiting.load(Ordering::Relaxed) > 0
+    };
+    if wake {
+        slot.settled.notify_waiters();
     }
     if slot.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
         slot.idle.notify_waiters();

@@ -83,6 +83,8 @@ pub struct HookedServer {
     pub addr: std::net::SocketAddr,
     /// A token of the user the server was started for.
     pub token: String,
+    /// The server's app (its test hooks).
+    pub app: Arc<pfm::app::App>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     _dir: tempfile::TempDir,
@@ -108,16 +110,18 @@ impl HookedServer {
         claims.insert("user_id".into(), user_id.into());
         claims.insert("role".into(), "user".into());
         let token = app.jwt.sign(&claims).unwrap();
+        let app = Arc::new(app);
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = app.clone();
         let thread = std::thread::spawn(move || {
-            rt.block_on(pfm::http::server::serve(Arc::new(app), listener, async {
+            rt.block_on(pfm::http::server::serve(served, listener, async {
                 let _ = stopped.await;
             }))
         });
-        HookedServer { addr, token, stop: Some(stop), thread: Some(thread), _dir: dir }
+        HookedServer { addr, token, app, stop: Some(stop), thread: Some(thread), _dir: dir }
     }
 }
 
