@@ -160,7 +160,6 @@ pub(super) fn append_loop(
         } else {
             batch.into_iter().partition(|e| !broken && !poisoned.contains_key(&e.basis))
         };
-        let failed: Vec<Op> = Vec::new();
         // Ids of refused operations leave the 409 index before their answer goes out, so a
         // retry is never told "already made".
         forget_txids(shared, dead.iter().map(|e| &*e.op));
@@ -173,7 +172,7 @@ pub(super) fn append_loop(
             let _ = e.ack.send(Err(err));
         }
         if live.is_empty() {
-            finish_batch(shared, lanes, Vec::new(), Vec::new(), failed, last_seq, 0);
+            finish_batch(shared, lanes, Vec::new(), Vec::new(), last_seq, 0);
             continue;
         }
         fill_batch(&mut buf, live[0].seq, live.iter().map(|e| &e.frame[..]));
@@ -246,7 +245,7 @@ pub(super) fn append_loop(
                     durable.push(Durable { seq: e.seq, op: e.op, frame: Arc::new(e.frame), spans: e.spans });
                     acks.push(e.ack);
                 }
-                finish_batch(shared, lanes, durable, acks, failed, last_seq, buf.len() as u64);
+                finish_batch(shared, lanes, durable, acks, last_seq, buf.len() as u64);
             }
             Err((sync_failed, err)) => {
                 fail_batch(shared, &mut seg, sync_failed, &err);
@@ -261,7 +260,7 @@ pub(super) fn append_loop(
                     };
                     let _ = e.ack.send(Err(r));
                 }
-                finish_batch(shared, lanes, Vec::new(), Vec::new(), failed, last_seq, 0);
+                finish_batch(shared, lanes, Vec::new(), Vec::new(), last_seq, 0);
             }
         }
     }
@@ -310,7 +309,6 @@ pub(super) fn finish_batch(
     lanes: &Lanes,
     durable: Vec<Durable>,
     acks: Vec<tokio::sync::oneshot::Sender<Result<(), StoreError>>>,
-    failed: Vec<Op>,
     last_seq: u64,
     bytes: u64,
 ) {
@@ -318,7 +316,7 @@ pub(super) fn finish_batch(
     for a in acks {
         let _ = a.send(Ok(()));
     }
-    lanes.stage(shared, Handled { durable, failed, last_seq, journal_bytes: bytes });
+    lanes.stage(shared, Handled { durable, last_seq, journal_bytes: bytes });
 }
 
 /// Where handled batches are staged. The journal thread stages them itself, right after

@@ -55,7 +55,7 @@ impl Applier {
             for d in &h.durable {
                 stage(shared, d);
             }
-            forget_txids(shared, h.durable.iter().map(|d| &*d.op).chain(h.failed.iter()));
+            forget_txids(shared, h.durable.iter().map(|d| &*d.op));
             shared.processed.store(h.last_seq, Ordering::Release);
             shared.caught_up.notify_waiters();
             self.since_checkpoint += h.journal_bytes;

@@ -135,7 +135,6 @@ struct Durable {
 /// or failed), so the staged watermark passes failed ones too.
 struct Handled {
     durable: Vec<Durable>,
-    failed: Vec<Op>,
     last_seq: u64,
     journal_bytes: u64,
 }
