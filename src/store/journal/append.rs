@@ -125,8 +125,8 @@ pub(super) fn append_loop(
             }
         }
         let last_seq = batch.last().map_or(0, |e| e.seq);
-        // Once the journal's tail is unknown (a failed append could not be cut off), nothing more
-        // is appended after it: every later entry fails until a restart sorts the tail out.
+        // Once the store is halted (a failed sync, or a failed append that could not be cut
+        // off), nothing more is appended: every later entry fails until a restart.
         let broken = shared.halt.is_on();
         // Frames are encoded here rather than on the async workers, which on a small machine
         // are what limits the write rate; this thread mostly waits for the disk. One that
