@@ -12,12 +12,17 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    ClientWrapper, Connect, Hook, HookError, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime,
+};
+use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::tls::NoTlsStream;
+use tokio_postgres::{Client, Connection, NoTls, Row, Socket};
 use uuid::Uuid;
 
 use crate::domain::engine::{Change, TxRecord};
@@ -35,8 +40,17 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 ];
 /// Serialises schema changes of nodes starting at the same time (any fixed number).
 const MIGRATION_LOCK: i64 = 0x7066_6d00;
-/// A connection attempt gives up after this (start and reconnects alike).
+/// A connection attempt to one host gives up after this (start and reconnects alike), its TCP
+/// connect, start-up and read-write check together: a host that accepts connections but never
+/// answers (a hung server) must not keep pfm from the next host of the URL.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Unacknowledged bytes give a connection up after this, and an idle one is probed after
+/// `KEEPALIVE_IDLE` (then every `KEEPALIVE_INTERVAL`, `KEEPALIVE_RETRIES` times): a database
+/// machine that vanished without closing its connections is noticed in about 30 s, not hours.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 3;
 /// Longest wait for a pooled connection before the request answers 503.
 const POOL_WAIT: Duration = Duration::from_secs(10);
 /// Connections per node.
@@ -44,22 +58,184 @@ pub const POOL_SIZE: usize = 16;
 
 pub struct PgStore {
     pool: Pool,
+    stale: Stale,
     jwt_secret: String,
 }
 
-/// Where the database is, for messages (never the password).
+/// Where the database is, for messages (never the password): every host of the URL.
 fn describe(cfg: &tokio_postgres::Config) -> String {
-    let host = cfg
+    let ports = cfg.get_ports();
+    let hosts: Vec<String> = cfg
         .get_hosts()
-        .first()
-        .map(|h| match h {
-            tokio_postgres::config::Host::Tcp(s) => s.clone(),
-            #[cfg(unix)]
-            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                Host::Tcp(s) => s.clone(),
+                #[cfg(unix)]
+                Host::Unix(p) => p.display().to_string(),
+            };
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            format!("{host}:{port}")
         })
-        .unwrap_or_else(|| "localhost".into());
-    let port = cfg.get_ports().first().copied().unwrap_or(5432);
-    format!("{host}:{port}/{}", cfg.get_dbname().unwrap_or("(default database)"))
+        .collect();
+    let hosts = if hosts.is_empty() { "localhost:5432".to_string() } else { hosts.join(",") };
+    format!("{hosts}/{}", cfg.get_dbname().unwrap_or("(default database)"))
+}
+
+/// The URL's settings for its `i`th host alone (tokio-postgres would try every host under one
+/// connect timeout that covers only TCP, so a hung first host would keep it from the others).
+fn one_host(cfg: &tokio_postgres::Config, i: usize) -> Option<tokio_postgres::Config> {
+    let mut c = tokio_postgres::Config::new();
+    match cfg.get_hosts().get(i)? {
+        Host::Tcp(h) => c.host(h),
+        #[cfg(unix)]
+        Host::Unix(p) => c.host_path(p),
+    };
+    if let Some(a) = cfg.get_hostaddrs().get(i) {
+        c.hostaddr(*a);
+    }
+    let ports = cfg.get_ports();
+    if let Some(p) = ports.get(i).or(ports.first()) {
+        c.port(*p);
+    }
+    if let Some(u) = cfg.get_user() {
+        c.user(u);
+    }
+    if let Some(p) = cfg.get_password() {
+        c.password(p);
+    }
+    if let Some(d) = cfg.get_dbname() {
+        c.dbname(d);
+    }
+    if let Some(o) = cfg.get_options() {
+        c.options(o);
+    }
+    if let Some(a) = cfg.get_application_name() {
+        c.application_name(a);
+    }
+    if let Some(t) = cfg.get_connect_timeout() {
+        c.connect_timeout(*t);
+    }
+    if let Some(t) = cfg.get_tcp_user_timeout() {
+        c.tcp_user_timeout(*t);
+    }
+    if let Some(t) = cfg.get_keepalives_interval() {
+        c.keepalives_interval(t);
+    }
+    if let Some(r) = cfg.get_keepalives_retries() {
+        c.keepalives_retries(r);
+    }
+    c.ssl_mode(cfg.get_ssl_mode())
+        .ssl_negotiation(cfg.get_ssl_negotiation())
+        .keepalives(cfg.get_keepalives())
+        .keepalives_idle(cfg.get_keepalives_idle())
+        .channel_binding(cfg.get_channel_binding())
+        .target_session_attrs(cfg.get_target_session_attrs());
+    Some(c)
+}
+
+/// The database's hosts, one connection setting each, and which one answered as the primary
+/// last: tried first, so that after a failover new connections go straight to the new primary
+/// instead of waiting on the old one each time.
+struct Hosts {
+    each: Vec<tokio_postgres::Config>,
+    last_good: AtomicUsize,
+}
+
+impl Hosts {
+    fn new(cfg: &tokio_postgres::Config) -> Hosts {
+        let each = (0..cfg.get_hosts().len()).filter_map(|i| one_host(cfg, i)).collect();
+        Hosts { each, last_good: AtomicUsize::new(0) }
+    }
+
+    /// The first host, from the last good one on, that accepts a read-write session within
+    /// [`CONNECT_TIMEOUT`]. `Ok(None)`: every host timed out (tokio-postgres has no public error
+    /// for that); `Err`: the last host's error.
+    async fn connect(
+        &self,
+    ) -> Result<Option<(Client, Connection<Socket, NoTlsStream>)>, tokio_postgres::Error> {
+        let n = self.each.len();
+        let first = self.last_good.load(Ordering::Relaxed);
+        let mut last_err = None;
+        for k in 0..n {
+            let i = (first + k) % n;
+            let Some(cfg) = self.each.get(i) else { continue };
+            match tokio::time::timeout(CONNECT_TIMEOUT, cfg.connect(NoTls)).await {
+                Ok(Ok(pair)) => {
+                    let moved = i != first
+                        && self
+                            .last_good
+                            .compare_exchange(first, i, Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok();
+                    if moved {
+                        tracing::warn!(database = %describe(cfg), "the database's primary is now this host");
+                    }
+                    return Ok(Some(pair));
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(database = %describe(cfg), error = %chain(&e), "database host refused");
+                    last_err = Some(e);
+                }
+                Err(_) => tracing::debug!(database = %describe(cfg), "database host did not answer in time"),
+            }
+        }
+        last_err.map_or(Ok(None), Err)
+    }
+}
+
+/// How the pool opens connections: [`Hosts::connect`].
+struct ConnectHosts(Arc<Hosts>);
+
+impl Connect for ConnectHosts {
+    fn connect(
+        &self,
+        _: &tokio_postgres::Config,
+    ) -> BoxFuture<'_, Result<(Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>> {
+        let hosts = self.0.clone();
+        Box::pin(async move {
+            let Some((client, connection)) = hosts.connect().await? else {
+                // Every host timed out: the pool's create timeout, which covers every host's turn,
+                // answers (503).
+                return std::future::pending().await;
+            };
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %chain(&e), "database connection ended");
+                }
+            });
+            Ok((client, task))
+        })
+    }
+}
+
+/// Connections made before a failed storage call are not reused: the server they reach may be
+/// dead without having closed them, hung, or now read-only (a primary demoted or fenced in a
+/// failover). A pooled connection is checked against it when taken (no round trip); new ones
+/// find the primary among the URL's hosts.
+#[derive(Clone)]
+struct Stale(Arc<(Instant, AtomicU64)>);
+
+impl Stale {
+    fn new() -> Stale {
+        Stale(Arc::new((Instant::now(), AtomicU64::new(0))))
+    }
+
+    fn since_base(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.0 .0).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Every connection made until now is not to be used again. True when no mark came in the
+    /// second before (a new failure, worth a log line; the requests log their own 503s).
+    fn mark(&self) -> bool {
+        let now = self.since_base(Instant::now());
+        let before = self.0 .1.fetch_max(now, Ordering::Relaxed);
+        before == 0 || now.saturating_sub(before) > 1_000_000_000
+    }
+
+    fn is_stale(&self, created: Instant) -> bool {
+        self.since_base(created) < self.0 .1.load(Ordering::Relaxed)
+    }
 }
 
 /// An error with its causes ("error connecting to server: Connection refused").
@@ -90,6 +266,11 @@ fn pg_err(e: tokio_postgres::Error) -> StoreError {
                 || *c == SqlState::TOO_MANY_CONNECTIONS =>
         {
             StoreError::Unavailable(text)
+        }
+        // The server no longer takes writes (a standby, or a primary fenced during a failover):
+        // no primary on this connection; the pool then drops its connections (see `Stale`).
+        Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => {
+            StoreError::Unavailable(format!("the database is read-only: {text}"))
         }
         Some(_) => StoreError::Engine(format!("database: {text}")),
         // No SQLSTATE: the connection itself failed (closed, reset, timed out).
@@ -133,17 +314,30 @@ impl PgStore {
             url.parse().map_err(|e| StoreError::Engine(format!("invalid database URL: {e}")))?;
         cfg.connect_timeout(CONNECT_TIMEOUT);
         cfg.application_name("pfm");
+        // pfm writes: with several hosts (a primary and its standbys) only the primary will do,
+        // whatever the URL says.
+        cfg.target_session_attrs(TargetSessionAttrs::ReadWrite);
+        if cfg.get_tcp_user_timeout().is_none() {
+            cfg.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
+        cfg.keepalives_idle(KEEPALIVE_IDLE)
+            .keepalives_interval(KEEPALIVE_INTERVAL)
+            .keepalives_retries(KEEPALIVE_RETRIES);
+        if cfg.get_hosts().is_empty() {
+            cfg.host("localhost");
+        }
         let where_ = describe(&cfg);
+        let hosts = Arc::new(Hosts::new(&cfg));
         // The start-up work runs on a runtime of its own: `open` is called both inside and
         // outside a runtime, and the pool's connections belong to the serving one.
-        let setup_cfg = cfg.clone();
+        let setup_hosts = hosts.clone();
         let jwt_secret = std::thread::scope(|s| {
             s.spawn(|| {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                     .map_err(|e| StoreError::Engine(e.to_string()))?;
-                rt.block_on(setup(&setup_cfg))
+                rt.block_on(setup(&setup_hosts))
             })
             .join()
             .unwrap_or_else(|_| Err(StoreError::Engine("database setup panicked".into())))
@@ -155,17 +349,32 @@ impl PgStore {
             StoreError::Engine(m) => StoreError::Engine(format!("cannot use the database at {where_}: {m}")),
             other => other,
         })?;
-        let mgr = Manager::from_config(cfg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let n_hosts = u32::try_from(hosts.each.len()).unwrap_or(u32::MAX).max(1);
+        let mgr = Manager::from_connect(
+            cfg,
+            ConnectHosts(hosts),
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let stale = Stale::new();
+        let check = stale.clone();
         let pool = Pool::builder(mgr)
             .max_size(POOL_SIZE)
             .wait_timeout(Some(POOL_WAIT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
+            // Each host has its turn (see `Hosts::connect`).
+            .create_timeout(Some(CONNECT_TIMEOUT.saturating_mul(n_hosts) + Duration::from_secs(1)))
             .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .pre_recycle(Hook::sync_fn(move |_, m| {
+                if check.is_stale(m.created) {
+                    Err(HookError::Message("made before a failed database call".into()))
+                } else {
+                    Ok(())
+                }
+            }))
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Engine(format!("database pool: {e}")))?;
         tracing::info!(database = %where_, "using PostgreSQL");
-        Ok(PgStore { pool, jwt_secret })
+        Ok(PgStore { pool, stale, jwt_secret })
     }
 
     /// The service's token secret kept in the database, generated by the first node to start,
@@ -195,8 +404,10 @@ impl PgStore {
 }
 
 /// Migrations and the shared secret, on one connection, under an advisory lock.
-async fn setup(cfg: &tokio_postgres::Config) -> Result<String, StoreError> {
-    let (mut client, connection) = cfg.connect(NoTls).await.map_err(pg_err)?;
+async fn setup(hosts: &Hosts) -> Result<String, StoreError> {
+    let (mut client, connection) = hosts.connect().await.map_err(pg_err)?.ok_or_else(|| {
+        StoreError::Unavailable(format!("no host answered within {} s", CONNECT_TIMEOUT.as_secs()))
+    })?;
     let driver = tokio::spawn(connection);
     client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await.map_err(pg_err)?;
     client
@@ -257,19 +468,29 @@ const QUERY_WAIT: Duration = Duration::from_secs(10);
 const LONG_WAIT: Duration = Duration::from_secs(60);
 
 /// `f`, or 503 once `wait` has passed (a cancelled transaction rolls back or its connection is
-/// closed, see [`Txn`]).
+/// closed, see [`Txn`]). A call that finds the database unavailable (gone, not answering,
+/// read-only) marks the pool's connections stale: whatever server they reach, the next requests
+/// look for the primary afresh.
 fn bounded<'a, T: 'a>(
+    stale: &Stale,
     wait: Duration,
     f: impl Future<Output = Result<T, StoreError>> + Send + 'a,
 ) -> BoxFuture<'a, Result<T, StoreError>> {
+    let stale = stale.clone();
     Box::pin(async move {
-        match tokio::time::timeout(wait, f).await {
+        let r = match tokio::time::timeout(wait, f).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::Unavailable(format!(
                 "the database did not answer within {} s",
                 wait.as_secs()
             ))),
+        };
+        if let Err(StoreError::Unavailable(m)) = &r {
+            if stale.mark() {
+                tracing::warn!(error = %m, "database unavailable; pooled connections will be replaced");
+            }
         }
+        r
     })
 }
 
@@ -601,6 +822,7 @@ async fn change_rows(c: &ClientWrapper, no: i64, root: AccountId, ch: &Change) -
 struct PgWrite {
     txn: Txn,
     locked: Option<Version>,
+    stale: Stale,
 }
 
 impl WriteTxn for PgWrite {
@@ -609,23 +831,24 @@ impl WriteTxn for PgWrite {
     }
 
     fn load_user<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Loaded>, StoreError>> {
-        bounded(QUERY_WAIT, async move { load(self.txn.c()?, user_id).await })
+        bounded(&self.stale, QUERY_WAIT, async move { load(self.txn.c()?, user_id).await })
     }
 
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        bounded(QUERY_WAIT, async move { txid_exists(self.txn.c()?, user_no, id).await })
+        bounded(&self.stale, QUERY_WAIT, async move { txid_exists(self.txn.c()?, user_no, id).await })
     }
 
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        bounded(QUERY_WAIT, async move { next_user_no(self.txn.c()?).await })
+        bounded(&self.stale, QUERY_WAIT, async move { next_user_no(self.txn.c()?).await })
     }
 
     fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
-        bounded(QUERY_WAIT, async move { load_meta(self.txn.c()?, user_no).await })
+        bounded(&self.stale, QUERY_WAIT, async move { load_meta(self.txn.c()?, user_no).await })
     }
 
     fn commit(self: Box<Self>, op: Box<Op>) -> BoxFuture<'static, Result<u64, StoreError>> {
-        bounded(LONG_WAIT, async move {
+        let stale = self.stale.clone();
+        bounded(&stale, LONG_WAIT, async move {
             let _timer = crate::metrics::CommitTimer::start(op.rows());
             let version = apply(self.txn.c()?, &op).await?;
             {
@@ -641,7 +864,7 @@ impl WriteTxn for PgWrite {
 
 impl SharedStore for PgStore {
     fn version<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Version>, StoreError>> {
-        bounded(QUERY_WAIT, async move {
+        bounded(&self.stale, QUERY_WAIT, async move {
             let c = self.conn().await?;
             let st = c
                 .prepare_cached("SELECT user_no, version FROM users WHERE user_id = $1")
@@ -655,7 +878,7 @@ impl SharedStore for PgStore {
     }
 
     fn load_versioned<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Loaded>, StoreError>> {
-        bounded(QUERY_WAIT, async move {
+        bounded(&self.stale, QUERY_WAIT, async move {
             // One snapshot for the user row and every tree row.
             let txn = self.begin(" ISOLATION LEVEL REPEATABLE READ READ ONLY").await?;
             let loaded = load(txn.c()?, user_id).await?;
@@ -672,10 +895,11 @@ impl SharedStore for PgStore {
         Box::pin(async move {
             let ms = lock_wait.as_millis().max(1);
             let txn =
-                bounded(QUERY_WAIT, self.begin(&format!("; SET LOCAL lock_timeout = '{ms}ms'"))).await?;
+                bounded(&self.stale, QUERY_WAIT, self.begin(&format!("; SET LOCAL lock_timeout = '{ms}ms'")))
+                    .await?;
             // The row lock may be held by another node for up to `lock_wait` (then PostgreSQL's
             // lock_timeout answers); past that, the database itself is not answering.
-            let locked = bounded(lock_wait + QUERY_WAIT, async {
+            let locked = bounded(&self.stale, lock_wait + QUERY_WAIT, async {
                 let c = txn.c()?;
                 let st = c
                     .prepare_cached("SELECT user_no, version FROM users WHERE user_id = $1 FOR UPDATE")
@@ -687,14 +911,14 @@ impl SharedStore for PgStore {
                 })
             })
             .await?;
-            Ok(Box::new(PgWrite { txn, locked }) as Box<dyn WriteTxn>)
+            Ok(Box::new(PgWrite { txn, locked, stale: self.stale.clone() }) as Box<dyn WriteTxn>)
         })
     }
 }
 
 impl Store for PgStore {
     fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
-        bounded(QUERY_WAIT, async move { load_meta(&*self.conn().await?, user_no).await })
+        bounded(&self.stale, QUERY_WAIT, async move { load_meta(&*self.conn().await?, user_no).await })
     }
 
     fn read_changes(
@@ -704,7 +928,7 @@ impl Store for PgStore {
         upto: u64,
         max: usize,
     ) -> BoxFuture<'_, Result<Vec<SyncRow>, StoreError>> {
-        bounded(QUERY_WAIT, async move {
+        bounded(&self.stale, QUERY_WAIT, async move {
             if after >= upto {
                 return Ok(Vec::new());
             }
@@ -729,7 +953,9 @@ impl Store for PgStore {
         &'a self,
         user_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<(UserRecord, Tree)>, StoreError>> {
-        bounded(QUERY_WAIT, async move { Ok(self.load_versioned(user_id).await?.map(|(u, t, _)| (u, t))) })
+        bounded(&self.stale, QUERY_WAIT, async move {
+            Ok(self.load_versioned(user_id).await?.map(|(u, t, _)| (u, t)))
+        })
     }
 
     fn read_log(
@@ -739,7 +965,7 @@ impl Store for PgStore {
         from: u64,
         to: u64,
     ) -> BoxFuture<'_, Result<Vec<TxRecord>, StoreError>> {
-        bounded(LONG_WAIT, async move {
+        bounded(&self.stale, LONG_WAIT, async move {
             let c = self.conn().await?;
             let st = c
                 .prepare_cached(
@@ -756,11 +982,11 @@ impl Store for PgStore {
     }
 
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        bounded(QUERY_WAIT, async move { txid_exists(&*self.conn().await?, user_no, id).await })
+        bounded(&self.stale, QUERY_WAIT, async move { txid_exists(&*self.conn().await?, user_no, id).await })
     }
 
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        bounded(QUERY_WAIT, async move { next_user_no(&*self.conn().await?).await })
+        bounded(&self.stale, QUERY_WAIT, async move { next_user_no(&*self.conn().await?).await })
     }
 
     /// Commits `op` in a transaction of its own (writes of the service go through
