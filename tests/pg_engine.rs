@@ -1,7 +1,7 @@
 //! The PostgreSQL engine's own behaviour: the row lock and its bounded wait, the unique key of
-//! deposit ids, a database lost while running (503, then service resumes by itself) and one
-//! unreachable at start. Tests needing a server use `PFM_TEST_DATABASE_URL` (`.ci/postgres.sh`)
-//! and print a note and return without it.
+//! deposit ids, a database lost while running (503, then service resumes by itself), one
+//! unreachable at start, and a hung first host of a multi-host URL. Tests needing a server use
+//! `PFM_TEST_DATABASE_URL` (`.ci/postgres.sh`) and print a note and return without it.
 
 mod common;
 
@@ -302,4 +302,47 @@ fn an_unreachable_database_at_start_exits_non_zero_with_a_clear_message() {
     assert!(status.is_some_and(|s| !s.success()), "{status:?}");
     assert!(err.contains(&format!("cannot reach the database at 127.0.0.1:{port}/pfm")), "{err}");
     assert!(!err.contains("pfm listening"), "{err}");
+}
+
+/// A multi-host URL whose first host accepts connections and never answers (a hung server, as a
+/// failed primary can be): each host has its own connect timeout, so the node starts on the next
+/// host, and its later connections go to the host that answered, not to the hung one first.
+#[test]
+fn a_hung_first_host_of_a_multi_host_url_is_passed_over() {
+    let Some(db) = database("hung first host") else { return };
+    let hung = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let hung_addr = hung.local_addr().expect("addr");
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for c in hung.incoming().flatten() {
+            keep.lock().expect("held").push(c);
+        }
+    });
+    // postgres://user@host:port/name -> postgres://user@hung,host:port/name
+    let (head, rest) = db.rsplit_once('@').expect("user@host in the URL");
+    let url = format!("{head}@{hung_addr},{rest}");
+    let started = Instant::now();
+    let s = Srv::start_with(|c| c.database_url = Some(url.clone()));
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(4), "the hung host answered? {took:?}");
+    assert!(took < Duration::from_secs(30), "start took {took:?}");
+    let tried = held.lock().expect("held").len();
+    assert!(tried >= 1, "the first host was not tried");
+    // New pooled connections go to the host that answered, not to the hung one first.
+    let (tok, main) = s.user("u1", "0");
+    let reqs = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..8)
+            .map(|_| {
+                sc.spawn(|| {
+                    for _ in 0..5 {
+                        s.deposit(&tok, &main, "1").ok();
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("writer")).count()
+    });
+    assert_eq!(s.balance(&tok, &main), (reqs * 5).to_string());
+    assert_eq!(held.lock().expect("held").len(), tried, "later connections tried the hung host");
 }
