@@ -5,7 +5,8 @@
 //! Needs the servers `.ci/failover.sh` starts and the environment it sets:
 //! `PFM_TEST_FAILOVER=1`, `PFM_TEST_FAILOVER_URL` (the multi-host URL),
 //! `PFM_TEST_FAILOVER_KILL` (a shell command killing the primary), `PFM_TEST_FAILOVER_PROMOTE`
-//! (one promoting the standby) and `PFM_TEST_FAILOVER_STANDBY_URL` (the standby alone, for SQL).
+//! (one promoting the standby), `PFM_TEST_FAILOVER_STANDBY_URL` (the standby alone, for SQL)
+//! and, optionally, `PFM_TEST_FAILOVER_NAME` (what the kill does, for the figures printed).
 //! Without `PFM_TEST_FAILOVER=1` the test prints a note and returns.
 //!
 //! Then the new primary is fenced (made read-only, as an operator or a failover tool does to a
@@ -39,6 +40,8 @@ const AFTER: Duration = Duration::from_secs(3);
 const BACKOFF: Duration = Duration::from_millis(20);
 
 struct Setup {
+    /// What was killed, for the figures printed.
+    name: String,
     url: String,
     kill: String,
     promote: String,
@@ -57,6 +60,7 @@ fn setup() -> Option<Setup> {
             .unwrap_or_else(|| panic!("PFM_TEST_FAILOVER=1 needs {name} (see .ci/failover.sh)"))
     };
     Some(Setup {
+        name: std::env::var("PFM_TEST_FAILOVER_NAME").unwrap_or_else(|_| "primary killed".into()),
         url: var("PFM_TEST_FAILOVER_URL"),
         kill: var("PFM_TEST_FAILOVER_KILL"),
         promote: var("PFM_TEST_FAILOVER_PROMOTE"),
@@ -320,9 +324,10 @@ fn killing_the_primary_under_load_loses_no_acknowledged_write() {
     let mut times = None;
     let sent = under_load(&node, &users, "F", |w| {
         std::thread::sleep(WARM_UP);
+        sh("kill the primary", &env.kill);
+        // Once the kill is done: a write sent while the command ran could still be made.
         let killed = Instant::now();
         w.watch_from(killed);
-        sh("kill the primary", &env.kill);
         std::thread::sleep(DETECTION);
         let promote_started = Instant::now();
         sh("promote the standby", &env.promote);
@@ -350,10 +355,11 @@ fn killing_the_primary_under_load_loses_no_acknowledged_write() {
     let acked = sent.iter().filter(|x| x.answer == Ok(200)).count();
     let before = sent.iter().filter(|x| x.answer == Ok(200) && x.done <= killed).count();
     eprintln!(
-        "failover: kill -> first acknowledged write {} (no primary for {} while deciding, promotion \
+        "failover ({}): kill -> first acknowledged write {} (no primary for {} while deciding, promotion \
          took {}, first write {} after it); answers {by_status:?}, slowest {}; deposits acknowledged \
          {acked} ({before} before the kill, {} after), answered 503 {} (of which the database had \
          made {made_before}, sent again and made {made_now}); lost {}, made twice {}",
+        env.name,
         secs(first_ok - killed),
         secs(promote_started - killed),
         secs(promoted - promote_started),
@@ -405,5 +411,9 @@ fn killing_the_primary_under_load_loses_no_acknowledged_write() {
     let all: Vec<Sent> = sent.into_iter().chain(fence_sent).collect();
     let (lost, twice) = verify(&[&node], &users, &all);
     assert!(lost.is_empty() && twice.is_empty(), "after the fence: lost {lost:?}, made twice {twice:?}");
-    eprintln!("fence: answers {fence_status:?}; back {} after the fence was lifted", secs(back));
+    eprintln!(
+        "fence ({}): answers {fence_status:?}; back {} after the fence was lifted",
+        env.name,
+        secs(back)
+    );
 }
