@@ -36,6 +36,8 @@ const DETECTION: Duration = Duration::from_secs(2);
 const BACK_WITHIN: Duration = Duration::from_secs(30);
 /// Load after the first acknowledged write on the new primary.
 const AFTER: Duration = Duration::from_secs(3);
+/// Without a warning per 503 answer (hundreds); the engine's own once-a-failure lines stay.
+const QUIET: &[(&str, &str)] = &[("RUST_LOG", "info,pfm::http::response=error")];
 /// A pause after an answer other than 200, as a client would back off.
 const BACKOFF: Duration = Duration::from_millis(20);
 
@@ -303,7 +305,7 @@ fn sql(url: &str, statements: &[&str]) -> Option<String> {
 #[test]
 fn killing_the_primary_under_load_loses_no_acknowledged_write() {
     let Some(env) = setup() else { return };
-    let node = proc::spawn(&std::env::temp_dir(), &["--database-url", &env.url], &[]);
+    let node = proc::spawn(&std::env::temp_dir(), &["--database-url", &env.url], QUIET);
     let users: Vec<(String, String)> = (0..WRITERS)
         .map(|u| {
             let id = format!("failover{u}");
@@ -346,7 +348,7 @@ fn killing_the_primary_under_load_loses_no_acknowledged_write() {
     let back_after_promotion = first_ok.saturating_duration_since(promoted);
     let (made_before, made_now) = settle(&node, &users, &sent);
     // A node started now on the same URL (its first host dead) reads the same.
-    let fresh = proc::spawn(&std::env::temp_dir(), &["--database-url", &env.url], &[]);
+    let fresh = proc::spawn(&std::env::temp_dir(), &["--database-url", &env.url], QUIET);
     let (lost, twice) = verify(&[&node, &fresh], &users, &sent);
     drop(fresh);
     assert!(lost.is_empty(), "acknowledged deposits lost: {lost:?}");
