@@ -62,8 +62,9 @@ pub struct Config {
     /// Log line format: text, or json for one JSON object per line
     #[arg(long, env = "LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
-    /// PostgreSQL database shared by every node (postgres://user@host:port/db); when unset,
-    /// the embedded engine under the data directory
+    /// PostgreSQL database shared by every node (postgres://user@host:port/db; with a standby,
+    /// postgres://user@host1:port,host2:port/db, docs/failover.md); when unset, the embedded
+    /// engine under the data directory
     #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// Async worker threads serving HTTP; 0 (the default) means every core but one (at least
