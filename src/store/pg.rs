@@ -317,12 +317,19 @@ impl PgStore {
         // pfm writes: with several hosts (a primary and its standbys) only the primary will do,
         // whatever the URL says.
         cfg.target_session_attrs(TargetSessionAttrs::ReadWrite);
+        // Unless the URL sets them (tokio-postgres's idle default is 2 hours).
         if cfg.get_tcp_user_timeout().is_none() {
             cfg.tcp_user_timeout(TCP_USER_TIMEOUT);
         }
-        cfg.keepalives_idle(KEEPALIVE_IDLE)
-            .keepalives_interval(KEEPALIVE_INTERVAL)
-            .keepalives_retries(KEEPALIVE_RETRIES);
+        if cfg.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            cfg.keepalives_idle(KEEPALIVE_IDLE);
+        }
+        if cfg.get_keepalives_interval().is_none() {
+            cfg.keepalives_interval(KEEPALIVE_INTERVAL);
+        }
+        if cfg.get_keepalives_retries().is_none() {
+            cfg.keepalives_retries(KEEPALIVE_RETRIES);
+        }
         if cfg.get_hosts().is_empty() {
             cfg.host("localhost");
         }
