@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Power cuts in CI: a few cycles of each mode of scripts/powercut.sh against the debug binary
+# Power cuts in CI: a few cycles of each mode of scripts/check/powercut.sh against the debug binary
 # that nextest built. Installs the FUSE tools it needs. /dev/fuse is part of this project's
 # machines; a machine without it cannot run the check, which is said loudly.
 set -euo pipefail
@@ -14,4 +14,4 @@ if ! command -v fusermount3 >/dev/null || [ ! -e /usr/include/fuse3/fuse.h ]; th
 fi
 python3 -c 'import mfusepy' 2>/dev/null || python3 -m pip install -q mfusepy
 [ -x target/debug/pfm ] || cargo build --locked --bin pfm
-PFM_BIN=target/debug/pfm bash scripts/powercut.sh 12 3
+PFM_BIN=target/debug/pfm bash scripts/check/powercut.sh 12 3

@@ -2,7 +2,7 @@
 //! a pfm server in this process on 127.0.0.1:0, client threads on keep-alive connections each
 //! sending never-repeated invalid tokens. After `total` of them it compares the rate of slices of
 //! new tokens on that server with slices on fresh servers (measured in alternation, medians), and
-//! fails when the former is below 0.8x. Run through scripts/keys_bench.sh.
+//! fails when the former is below 0.8x. Run through scripts/bench/keys_bench.sh.
 //! Usage: keys_bench [total_requests] [slice] [threads] [rounds]
 
 use std::io::{Read, Write};

@@ -1,4 +1,4 @@
-//! The raw durable-write baseline for write figures (scripts/durable_bench.sh): a bare hyper 1
+//! The raw durable-write baseline for write figures (scripts/bench/durable_bench.sh): a bare hyper 1
 //! endpoint, on the same runtime settings as pfm, where every POST appends one ~400-byte record
 //! to a single file and is answered only once an fdatasync covers it. One committer thread
 //! takes every record queued so far, writes them with one write, syncs once, then answers all of

@@ -8,7 +8,7 @@
 //!   unacknowledged (in-flight) ones whose record is present, so an operation is all or nothing;
 //! - balances agree with their logs, and every read answers 200.
 //!
-//! `PFM_CRASH_CYCLES` sets the number of kill cycles (default 3; scripts/crash_cycles.sh runs 20),
+//! `PFM_CRASH_CYCLES` sets the number of kill cycles (default 3; scripts/check/crash_cycles.sh runs 20),
 //! `PFM_CRASH_SEED` replays a run (the seed is printed on failure).
 
 mod common;

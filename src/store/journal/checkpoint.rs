@@ -243,7 +243,7 @@ pub(super) const DROP_STEP: u64 = 8 << 20;
 /// Deletes covered segments, each cut down `DROP_STEP` at a time first. Measured on this
 /// project's disk (ext4 mounted with `discard`): unlinking 4 x 64 MB at once stalled a
 /// concurrent append's fdatasync 12-18 ms, cutting them down 8 MiB at a time first 2-3 ms
-/// (`scripts/drop_segment.py`). Each is renamed first (and the rename synced), so a crash
+/// (`scripts/experiments/drop_segment.py`). Each is renamed first (and the rename synced), so a crash
 /// midway leaves a file that replay skips and start-up deletes, never a segment cut short,
 /// which would read as damage.
 pub(super) fn drop_segments(shared: &Shared, segs: &[PathBuf]) {

@@ -2,7 +2,7 @@
 """Why journal segments are zero-filled ahead of use: appends of 30 KB (about one commit group at
 128 connections), each followed by fdatasync, to a file that grows with each append against one
 zero-filled and synced beforehand. Prints wall time and CPU time per append + sync. Writes under
-target/bench-tmp (the project's disk, not a tmpfs). Usage: scripts/fdatasync_prealloc.py [n=3000]"""
+target/bench-tmp (the project's disk, not a tmpfs). Usage: scripts/experiments/fdatasync_prealloc.py [n=3000]"""
 import os
 import resource
 import sys
@@ -10,7 +10,7 @@ import time
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
 BLOCK = b"x" * 30000
-here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "bench-tmp")
+here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "bench-tmp")
 os.makedirs(here, exist_ok=True)
 path = os.path.join(here, "fdatasync_prealloc.wal")
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Read-path figure of issue 6: authenticated GET /get_balance (and /__ping__) as a ratio of the
+# Read-path figure: authenticated GET /get_balance (and /__ping__) as a ratio of the
 # bare hyper example's throughput, measured in the same run, wrk -t1 -c32 pinned to core 1 (the
 # servers are not pinned). The baseline is taken before and after and averaged; each run also
 # gives the server's CPU time per request. Loopback only;
-# every run is bounded in time. Usage: scripts/read_bench.sh [seconds=5] [rounds=3]
+# every run is bounded in time. Usage: scripts/bench/read_bench.sh [seconds=5] [rounds=3]
 # Env: SERVER_CPU (core both servers are pinned to; default empty = not pinned). The last
 # column, like_pfm, is bare hyper answering pfm's very bytes (`bare_hyper <port> like-pfm`): the
 # cost of pfm's answer to the client without pfm's work.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DUR=${1:-5}
 ROUNDS=${2:-3}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
@@ -27,9 +27,9 @@ trap 'kill $BARE $LIKE $PFM 2>/dev/null; wait $BARE $LIKE $PFM 2>/dev/null; rm -
 for port in "$BP" "$PP" "$LP"; do
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/__ping__" && break; sleep 0.1; done
 done
-TOKEN=$(python3 scripts/pfm_bench.py token "$SECRET" load)
+TOKEN=$(python3 scripts/bench/pfm_bench.py token "$SECRET" load)
 MAIN=$(curl -s -XPOST "http://127.0.0.1:$PP/register" -H "Authorization: Bearer $TOKEN" -d 'user_id=load&initial_balance=1000' | python3 -c 'import sys,json;print(json.load(sys.stdin)["uuid"])')
-. scripts/wrk_cpu.sh
+. scripts/bench/wrk_cpu.sh
 printf '%-6s %10s %10s %6s %10s %6s %8s %8s %8s %8s %6s\n' round bare ping ratio balance ratio bare_us ping_us bal_us like_pfm ratio
 for i in $(seq "$ROUNDS"); do
   read -r b1 cb1 < <(wrk_cpu "$BARE" "http://127.0.0.1:$BP/")

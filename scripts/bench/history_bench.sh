@@ -6,15 +6,15 @@
 # from 32, measuring deposits/s and the bytes the server wrote per deposit (/proc/PID/io
 # write_bytes: what reached the block layer, and wchar: what went through write calls, read
 # SETTLE seconds before and after so background flushes are counted).
-# Goal (issue 6): history/fresh <= 1.2x bytes and >= 0.9x throughput.
-# Loopback only, bounded. Usage: scripts/history_bench.sh [N=2000]
+# Goal: history/fresh <= 1.2x bytes and >= 0.9x throughput.
+# Loopback only, bounded. Usage: scripts/bench/history_bench.sh [N=2000]
 # Env: DAYS (default 700), PER_DAY (default 2), SETTLE (seconds, default 2), ROUNDS (default 4),
 # CHECKPOINT_INTERVAL_MS (default 500),
 # MAIN_ONLY=1 (back-date
 # deposits into main only: the other accounts' records are then all dated today, as internal flows
 # are, so only main's per-day history grows).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 N=${1:-2000}
 DAYS=${DAYS:-700}
 PER_DAY=${PER_DAY:-2}
@@ -32,7 +32,7 @@ JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn CHECKPOINT_INTERVAL_MS=
   ./target/release/pfm --host 127.0.0.1 --port "$PORT" --data-dir "$WORK/pfm" & PFM=$!
 trap 'kill $PFM 2>/dev/null; wait $PFM 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/__ping__" && break; sleep 0.1; done
-PY="python3 scripts/pfm_bench.py"
+PY="python3 scripts/bench/pfm_bench.py"
 # User 0 (h0) stays fresh; user 1 (h1) gets the history.
 $PY setup "$PORT" "$SECRET" 2 h tree9 "$WORK/users.json"
 $PY history "$PORT" "$WORK/users.json" 1 --days "$DAYS" --per-day "$PER_DAY" ${MAIN_ONLY:+--main-only}

@@ -1,7 +1,7 @@
 # Sourced by the read benchmarks. wrk_cpu PID ARGS...: one wrk -t1 -c32 run of $DUR seconds
 # pinned to core 1; prints "req/s cpu_us_per_request" where the CPU is the server's (user +
 # system, from /proc/PID/stat). CPU per request barely moves when the machine's neighbours do,
-# so it is the steadier figure on a shared VM; req/s is what the ratio is defined on.
+# so it is the steadier figure on a shared VM; req/s is what the goal's ratio is defined on.
 TICK=$(getconf CLK_TCK)
 wrk_cpu() {
   local pid=$1; shift

@@ -2,7 +2,7 @@
 # Runs README.md's curl session and its per-group endpoint examples, in the order written,
 # against a fresh debug server on a free loopback port; fails unless every answer succeeds.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 cargo build --bin pfm
 WORK=$(mktemp -d)
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -4,11 +4,11 @@
 # same run: POST /deposit rotating over 256 users (each a tree of main + 2 children at 0.5) at 32
 # and 128 connections, then one user's deposits from 1 and from 32 connections; then a check that
 # every tree answers 200 and adds up and that the money matches what wrk saw acknowledged.
-# Loopback only; every wrk run is bounded in time. Usage: scripts/durable_bench.sh [seconds=10]
+# Loopback only; every wrk run is bounded in time. Usage: scripts/bench/durable_bench.sh [seconds=10]
 # Env: WRK_CPU (core wrk is pinned to, default 1; empty = not pinned), SERVER_CPU (core the
 # servers are pinned to, default empty = not pinned), USERS (default 256).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DUR=${1:-10}
 USERS=${USERS:-256}
 WRK_CPU=${WRK_CPU-1}
@@ -33,7 +33,7 @@ trap 'kill $RAW $PFM 2>/dev/null; wait $RAW $PFM 2>/dev/null; rm -rf "$WORK"' EX
 for port in "$RAW_PORT" "$PFM_PORT"; do
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/__ping__" && break; sleep 0.1; done
 done
-PY="python3 scripts/pfm_bench.py"
+PY="python3 scripts/bench/pfm_bench.py"
 t0=$(date +%s.%N)
 $PY setup "$PFM_PORT" "$SECRET" "$USERS" u tree3 "$WORK/users.json"
 echo "setup: $USERS users, 3 accounts each, in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))")s" >&2
@@ -102,6 +102,6 @@ for name, c, rps, p50, p99, non2xx, sockerr, cpu in rows:
     r3 = f"{float(cpu) / b['cpu']:.2f}" if b and b["cpu"] > 0 else "-"
     print(f"{name:<22} {c:>5} {float(rps):>9.0f} {int(p50) / 1e3:>8.2f} {int(p99) / 1e3:>8.2f} {r1:>9} {r2:>8} "
           f"{float(cpu):>7.1f} {r3:>7} {int(non2xx) + int(sockerr):>7}")
-print("goal (issue 6): deposit over the users at 128 connections req/s:raw >= 0.5 and p99:raw <= 3")
+print("goal: deposit over the users at 128 connections req/s:raw >= 0.5 and p99:raw <= 3")
 PY
 $PY check3 "$PFM_PORT" "$WORK/users.json" "$ACKED" "$INFLIGHT"

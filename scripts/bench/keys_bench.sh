@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 9 item 1: throughput of failed authentications stays flat (>= 0.8x of its start) after
+# Bounded key tables: throughput of failed authentications stays flat (>= 0.8x of its start) after
 # half a million distinct invalid tokens, because key tables hold bounded hashes and evict in O(1).
 # Loopback only, in-process server; bounded by the request count.
-# Usage: scripts/keys_bench.sh [total_requests] [slice] [threads] [rounds]  (PROFILE=debug: quicker build)
+# Usage: scripts/bench/keys_bench.sh [total_requests] [slice] [threads] [rounds]  (PROFILE=debug: quicker build)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PROFILE=${PROFILE:-release}
 if [ "$PROFILE" = release ]; then
   cargo build --release --example keys_bench

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Delta-sync page cost: 3000 deposits (4 clients) into a tree of main + 2 children, then
 GET /changes?since=0 and ?since=3 paged by 1000; prints ms per page. Loopback only.
-Usage: scripts/changes_bench.py [binary=target/release/pfm] [port=18301]"""
+Usage: scripts/bench/changes_bench.py [binary=target/release/pfm] [port=18301]"""
 import sys, time, json, http.client, subprocess, os, shutil, threading, tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
-BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "target", "release", "pfm")
+BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "target", "release", "pfm")
 PORT = int(sys.argv[2]) if len(sys.argv) > 2 else 18301
 SECRET="audit-secret-audit-secret-audit-000"
 d = tempfile.mkdtemp(prefix="changes_bench.")

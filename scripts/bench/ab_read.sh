@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # A/B of the read path: two pfm binaries (say, a `git worktree` build of the previous commit and
 # the current one) and the bare hyper baseline, rotated in one run: GET /get_balance with wrk
-# -t1 -c32 pinned to core 1, as scripts/read_bench.sh. Prints req/s, the ratio to bare hyper
+# -t1 -c32 pinned to core 1, as scripts/bench/read_bench.sh. Prints req/s, the ratio to bare hyper
 # (mean of the runs before and after) and the server's CPU per request. Loopback only; every
-# run is bounded in time. Usage: scripts/ab_read.sh BASE_BIN NEW_BIN [seconds=5] [rounds=3]
+# run is bounded in time. Usage: scripts/bench/ab_read.sh BASE_BIN NEW_BIN [seconds=5] [rounds=3]
 # NEW_ENV (say "WORKER_THREADS=1"): variables set for the second server only, to compare one
 # binary under two configurations.
 set -euo pipefail
 BASE=$(realpath "$1"); NEW=$(realpath "$2")
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DUR=${3:-5}; ROUNDS=${4:-3}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 cargo build --release --example bare_hyper >/dev/null
@@ -22,10 +22,10 @@ JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "$BASE" --port $AP --da
 env ${NEW_ENV:-} JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "$NEW" --port $NP --data-dir $W/n >/dev/null 2>&1 & N=$!
 trap 'kill $BARE $A $N 2>/dev/null; wait $BARE $A $N 2>/dev/null; rm -rf "$W"' EXIT
 for p in $BP $AP $NP; do for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$p/__ping__" && break; sleep 0.1; done; done
-TOKEN=$(python3 scripts/pfm_bench.py token "$SECRET" load)
+TOKEN=$(python3 scripts/bench/pfm_bench.py token "$SECRET" load)
 reg() { curl -s -XPOST "http://127.0.0.1:$1/register" -H "Authorization: Bearer $TOKEN" -d 'user_id=load&initial_balance=1000' | python3 -c 'import sys,json;print(json.load(sys.stdin)["uuid"])'; }
 MA=$(reg $AP); MN=$(reg $NP)
-. scripts/wrk_cpu.sh
+. scripts/bench/wrk_cpu.sh
 for i in $(seq $ROUNDS); do
   read -r b1 cb1 < <(wrk_cpu $BARE "http://127.0.0.1:$BP/")
   read -r a ca < <(wrk_cpu $A -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$AP/get_balance?uuid=$MA")

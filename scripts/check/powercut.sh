@@ -3,11 +3,11 @@
 # only what was synced) runs deposits, kills pfm, cuts the power, restarts it and checks every
 # acknowledged write, in five modes: a fresh data directory, a used one, torn tails, reordered
 # pages and failed fsyncs. Needs root, /dev/fuse, fuse3 and mfusepy (.ci/powercut.sh installs
-# them). Usage: scripts/powercut.sh [SECONDS_PER_MODE] [MAX_CYCLES_PER_MODE]
+# them). Usage: scripts/check/powercut.sh [SECONDS_PER_MODE] [MAX_CYCLES_PER_MODE]
 # Exits non-zero if any mode lost a write, needed a person to restart, broke an invariant, or
 # acknowledged a write after a failed fsync. Loopback only; each mode stops by itself.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SECS=${1:-120}
 CYCLES=${2:-1000}
 TOOL=../shared/tools/powercut/powercut.py

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Helpers for scripts/durable_bench.sh and scripts/history_bench.sh: users with locally signed
-tokens (HMAC, like scripts/loadtest.sh, so no argon2), account trees, wrk Lua scripts, consistency
+"""Helpers for scripts/bench/durable_bench.sh and scripts/bench/history_bench.sh: users with locally signed
+tokens (HMAC, like scripts/bench/loadtest.sh, so no argon2), account trees, wrk Lua scripts, consistency
 checks and the history run. Standard library only; talks to 127.0.0.1 only."""
 
 import argparse

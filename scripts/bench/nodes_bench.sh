@@ -4,10 +4,10 @@
 # own PostgreSQL (durable defaults: fsync on, synchronous_commit on) in a temp dir on the
 # project's disk, loopback only; every wrk run is bounded in time; ends with a money check on
 # every user of the shared database.
-# Usage: scripts/nodes_bench.sh [seconds=10]   Env: USERS (default 64), CONNS (default 32),
+# Usage: scripts/bench/nodes_bench.sh [seconds=10]   Env: USERS (default 64), CONNS (default 32),
 # PFM_BIN (default: a release build of pfm).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DUR=${1:-10}
 USERS=${USERS:-64}
 CONNS=${CONNS:-32}
@@ -59,12 +59,12 @@ start --data-dir "$WORK/sled"; SLED=$PORT
 start --data-dir "$WORK/n1" --database-url "$DB"; PG1=$PORT
 start --data-dir "$WORK/n2" --database-url "$DB"; PG2=$PORT
 
-PY="python3 scripts/pfm_bench.py"
+PY="python3 scripts/bench/pfm_bench.py"
 $PY setup "$SLED" "$SECRET" "$USERS" u tree3 "$WORK/sled.json"
 $PY setup "$PG1" "$SECRET" "$USERS" u tree3 "$WORK/pg.json"
 python3 - "$WORK" "$USERS" <<'PY'
 import json, sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 import pfm_bench as b
 work, n = sys.argv[1], int(sys.argv[2])
 for engine in ("sled", "pg"):
@@ -117,7 +117,7 @@ done <"$ROWS"
 # Money check: every user on the shared database adds up the same on both nodes.
 python3 - "$PG1" "$PG2" "$WORK/pg.json" <<'PY'
 import json, sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 import pfm_bench as b
 p1, p2, users = int(sys.argv[1]), int(sys.argv[2]), json.load(open(sys.argv[3]))
 for u in users:

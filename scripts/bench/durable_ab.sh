@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Two builds of pfm, alternating, on the 128-connection deposit figure of scripts/durable_bench.sh
+# Two builds of pfm, alternating, on the 128-connection deposit figure of scripts/bench/durable_bench.sh
 # after the checkpoint has started (the state that script's 128-connection run measures): for each
 # round and each build, a fresh server, 256 users (main + 2 children each), WARM seconds of
 # deposits at 128 connections unmeasured, then raw (examples/raw_append.rs) for DUR seconds, pfm
 # for DUR seconds, raw again. Prints pfm's rate, p99 and CPU per deposit, and its ratios against
 # the mean of the two raw runs around it. Loopback only; every wrk run is bounded in time.
-# Usage: scripts/durable_ab.sh [rounds=4]
+# Usage: scripts/bench/durable_ab.sh [rounds=4]
 # Env: BIN_A, BIN_B (default: target/release/pfm for both), WARM (default 25), DUR (default 10),
 # WRK_CPU (core wrk is pinned to, default 1).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=${1:-4}
 WARM=${WARM:-25}
 DUR=${DUR:-10}
@@ -26,7 +26,7 @@ RAW_PORT=$(free_port)
 ./target/release/examples/raw_append "$RAW_PORT" "$WORK/raw" & RAW=$!
 PFM=
 trap 'kill $RAW $PFM 2>/dev/null; wait $RAW $PFM 2>/dev/null; rm -rf "$WORK"' EXIT
-python3 scripts/pfm_bench.py raw-lua "$WORK/raw.lua"
+python3 scripts/bench/pfm_bench.py raw-lua "$WORK/raw.lua"
 TICK=$(getconf CLK_TCK)
 # one URL LUA PID DURATION: "req/s p99_ms cpu_us_per_request non2xx" of one wrk run.
 one() {
@@ -54,8 +54,8 @@ for r in $(seq "$ROUNDS"); do
     JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn \
       "$bin" --host 127.0.0.1 --port "$port" --data-dir "$WORK/pfm" & PFM=$!
     for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/__ping__" && break; sleep 0.1; done
-    python3 scripts/pfm_bench.py setup "$port" "$SECRET" 256 u tree3 "$WORK/users.json" 2>/dev/null
-    python3 scripts/pfm_bench.py lua "$WORK/users.json" 256 "$WORK/many.lua"
+    python3 scripts/bench/pfm_bench.py setup "$port" "$SECRET" 256 u tree3 "$WORK/users.json" 2>/dev/null
+    python3 scripts/bench/pfm_bench.py lua "$WORK/users.json" 256 "$WORK/many.lua"
     one "http://127.0.0.1:$port/deposit" "$WORK/many.lua" "$PFM" "$WARM" >/dev/null
     a=$(one "http://127.0.0.1:$RAW_PORT/" "$WORK/raw.lua" "$RAW" "$DUR")
     b=$(one "http://127.0.0.1:$port/deposit" "$WORK/many.lua" "$PFM" "$DUR")

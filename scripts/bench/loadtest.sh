@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # HTTP load figures for pfm, as ratios against a bare hyper endpoint measured in the same run.
-# Loopback only; every wrk run is bounded in time. Usage: scripts/loadtest.sh [seconds] [connections]
+# Loopback only; every wrk run is bounded in time. Usage: scripts/bench/loadtest.sh [seconds] [connections]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DUR=${1:-5}
 CONNS=${2:-64}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
@@ -16,7 +16,7 @@ JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn ./target/release/pfm --
 # The data directory goes once pfm has stopped (it flushes on SIGTERM).
 trap 'kill $BARE $PFM 2>/dev/null; wait $BARE $PFM 2>/dev/null; rm -rf "$DATA"' EXIT
 sleep 1
-TOKEN=$(python3 scripts/pfm_bench.py token "$SECRET" load)
+TOKEN=$(python3 scripts/bench/pfm_bench.py token "$SECRET" load)
 B=http://127.0.0.1:$PFM_PORT
 AUTH="Authorization: Bearer $TOKEN"
 MAIN=$(curl -s -XPOST "$B/register" -H "$AUTH" -d 'user_id=load&initial_balance=1000' | python3 -c 'import sys,json;print(json.load(sys.stdin)["uuid"])')

@@ -4,7 +4,7 @@ drop_segments): an append + fdatasync loop on a zero-filled file, as the journal
 64 MB files are deleted, either unlinked at once or cut down 8 MiB at a time first. Prints the
 slowest fdatasync before and after the deletion began. On ext4 mounted with `discard` (this
 project's machines) unlinking stalled it 12-18 ms, cutting down first 2-3 ms.
-Usage: scripts/drop_segment.py [unlink|cut] [dir=target/bench-tmp]"""
+Usage: scripts/experiments/drop_segment.py [unlink|cut] [dir=target/bench-tmp]"""
 import os
 import sys
 import tempfile
