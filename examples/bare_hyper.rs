@@ -3,7 +3,7 @@
 //!
 //! With `like-pfm` it answers the very bytes pfm answers to an authenticated GET /get_balance
 //! (the same header fields, the same body): a control that tells the cost of pfm's answer to
-//! the client from pfm's own work (README, Benchmarks, Reads).
+//! the client from pfm's own work (docs/benchmarks.md, Reads).
 
 use std::convert::Infallible;
 

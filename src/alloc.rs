@@ -76,7 +76,7 @@ const PURGE_DELAY: c_int = 15;
 /// records) every few seconds under sustained writes, and the next table fills the same amount
 /// again. With mimalloc's 1 s delay that memory went back to the OS in between and came back a
 /// page fault at a time: 0.55 faults per deposit at 128 connections, 0.27 with 10 s, and the
-/// `madvise` calls gone (README, Benchmarks).
+/// `madvise` calls gone (docs/storage.md, "The allocator").
 pub const PURGE_DELAY_MS: c_long = 10_000;
 
 /// How often the purge thread asks mimalloc to return what has been free for the delay.

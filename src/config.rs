@@ -68,7 +68,7 @@ pub struct Config {
     #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// Async worker threads serving HTTP; 0 (the default) means every core but one (at least
-    /// one), leaving a core to the storage threads and the kernel (README, Benchmarks)
+    /// one), leaving a core to the storage threads and the kernel (docs/storage.md)
     #[arg(long = "worker-threads", env = "WORKER_THREADS", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=1024))]
     pub worker_threads: u64,
@@ -149,10 +149,10 @@ impl Config {
 /// with `cores` cores. The core left over is for the storage threads (journal, applier,
 /// checkpoint) and the kernel's network work; two workers on two cores also wake and steal from
 /// each other across the cores. Measured on 2 cores with the load generator on one of them
-/// (README, Benchmarks): one worker served GET /get_balance at 0.83-1.13x of bare hyper where
-/// two gave 0.65-0.80x, and deposits at 128 connections at the same rate (twelve alternating
-/// pairs: 0.56x of the raw baseline on average either way). A dedicated node with more cores
-/// than load may set one per core.
+/// (docs/storage.md, "Threads and cores"): one worker served GET /get_balance at 0.83-1.13x of
+/// bare hyper where two gave 0.65-0.80x, and deposits at 128 connections at the same rate
+/// (twelve alternating pairs: 0.56x of the raw baseline on average either way). A dedicated
+/// node with more cores than load may set one per core.
 pub fn worker_threads(configured: u64, cores: usize) -> usize {
     match configured {
         0 => cores.saturating_sub(1).max(1),

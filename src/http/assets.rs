@@ -1,4 +1,4 @@
-//! The web page (README "Web page"): a few static files compiled into the binary, served on exact
+//! The web page (docs/web.md): a few static files compiled into the binary, served on exact
 //! GET paths without a token. Every other path keeps its API answer (401 before auth, 404 after).
 
 use std::sync::OnceLock;
