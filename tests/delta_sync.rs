@@ -237,26 +237,13 @@ fn knowledge_and_change_rows_survive_a_restart() {
     assert_eq!(j["transactions"][0]["knowledge"], 3);
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
-
 #[test]
 fn users_of_storage_format_1_get_a_full_answer() {
     if common::embedded_only("a format-1 data directory") {
         return;
     }
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1");
-    let s = Srv::start_with(|c| copy_dir(&fixture.join("data"), &c.data_dir));
+    let s = Srv::start_with(|c| common::copy_dir(&fixture.join("data"), &c.data_dir));
     let tok = s.token("alice", "user");
     let j = changes(&s, &tok, "since=0");
     // No change rows for history written before delta sync: knowledge 0, a full listing.

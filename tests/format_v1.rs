@@ -9,19 +9,6 @@ use std::path::Path;
 use common::Srv;
 use serde_json::Value;
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
-
 fn strip_timing(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {
         for k in ["start_time", "end_time", "execution_time"] {
@@ -48,7 +35,7 @@ fn a_v1_data_directory_opens_and_answers_as_before() {
         serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap()).unwrap();
     assert!(expected.len() > 300);
     let mut s = Srv::start_with(|c| {
-        copy_dir(&fixture.join("data"), &c.data_dir);
+        common::copy_dir(&fixture.join("data"), &c.data_dir);
     });
     // The capture ran on 2026-11-23; answers with default ranges (get_minimal_tree) use "now".
     s.set_time("2026-11-23 18:12:00");

@@ -239,6 +239,20 @@ pub fn embedded_only(what: &str) -> bool {
     false
 }
 
+/// A copy of the directory tree `from` at `to` (a fixture data directory, say).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
 /// JSON number text of a value.
 pub fn num(v: &Value) -> String {
     v.to_string()
