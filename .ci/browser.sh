@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Browser test of the web page (issue 10): headless Chromium driven by selenium against the debug
+# Browser test of the web page (docs/web.md): headless Chromium driven by selenium against the debug
 # binary that `cargo nextest run` built. Installs what it needs, picks a free port, uses a temp
 # data directory, stops the server at the end. Screenshots go to browser-screenshots/ (ignored).
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 9: the reference project's own load-test client (../shared/reference/locust_script.py,
+# The reference project's own load-test client (../shared/reference/locust_script.py,
 # unmodified except that its StepLoadShape class is dropped at run time) runs headless for about
 # 30 s with 10 users against target/debug/pfm in reference response style. Passes when there is
 # no client exception and every failed request is one of the SPEC business-rule answers listed in

@@ -1,4 +1,4 @@
-"""Helpers of .ci/locust.sh (issue 9).
+"""Helpers of .ci/locust.sh (docs/hostile-input.md).
 
 strip SRC DST   copy the reference's locust script with its StepLoadShape class removed (locust
                 would otherwise let that shape drive a 10-minute, 500-user run); every other line

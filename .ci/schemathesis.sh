@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Property-based API check (issue 8): schemathesis reads GET /openapi.json from a live debug
+# Property-based API check (docs/api.md): schemathesis reads GET /openapi.json from a live debug
 # server and sends generated requests to every operation, with a bearer token of a registered
 # user. It passes when no answer is a 5xx and every answer matches the document (status code,
 # content type, headers and body schema). Bounded in examples per operation and in time; uses

@@ -1,4 +1,4 @@
-//! Throughput of failed authentications as distinct invalid tokens pile up (issue 9, item 1):
+//! Throughput of failed authentications as distinct invalid tokens pile up (docs/hostile-input.md):
 //! a pfm server in this process on 127.0.0.1:0, client threads on keep-alive connections each
 //! sending never-repeated invalid tokens. After `total` of them it compares the rate of slices of
 //! new tokens on that server with slices on fresh servers (measured in alternation, medians), and

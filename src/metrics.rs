@@ -1,4 +1,4 @@
-//! Prometheus metrics (issue 8): every metric is defined here, and the rest of the crate records
+//! Prometheus metrics (docs/api.md): every metric is defined here, and the rest of the crate records
 //! through the small functions below, so instrumenting a layer is one line.
 //!
 //! The metrics are process-wide (one process is one scrape target). Per-route handles are

@@ -1,4 +1,4 @@
-//! The access log of the real binary (issue 8): one line per request on stderr, text by default
+//! The access log of the real binary (docs/api.md): one line per request on stderr, text by default
 //! and JSON lines with LOG_FORMAT=json, carrying the request id, method, route, status, latency,
 //! user and client, and never a token or password.
 

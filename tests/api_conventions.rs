@@ -1,4 +1,4 @@
-//! What API clients expect beyond the SPEC endpoints (issue 8): probes, rate-limit header
+//! What API clients expect beyond the SPEC endpoints (docs/api.md): probes, rate-limit header
 //! fields, pagination, metrics and the OpenAPI document, all over real HTTP.
 
 mod common;

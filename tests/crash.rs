@@ -1,4 +1,4 @@
-//! Crash safety of the real binary (issue 6, item 5): several users write concurrently (deposits,
+//! Crash safety of the real binary (docs/durability.md): several users write concurrently (deposits,
 //! withdrawals, transfers, new sub-accounts), the process is killed with SIGKILL at a random
 //! moment mid-load, restarted on the same data directory, and checked:
 //! - every acknowledged (200) write is present: deposit and withdrawal ids in the right log,
@@ -472,7 +472,7 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Issue 6, item 5: a full disk during a write answers that write with a JSON 5xx, leaves nothing
+/// a full disk during a write answers that write with a JSON 5xx, leaves nothing
 /// partial, and reads go on; once space is back, a restart shows every acknowledged write and
 /// none of the failed ones.
 #[test]
@@ -559,7 +559,7 @@ fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-/// Issue 6, item 5: one flipped byte anywhere in the data directory either leaves every
+/// one flipped byte anywhere in the data directory either leaves every
 /// acknowledged write intact (it hit unused space, or the engine repairs it from a second copy)
 /// or makes pfm refuse to start with a message naming the file (its path inside the data
 /// directory; the offset is not checked here, as only the engine knows its records); it never

@@ -1,4 +1,4 @@
-//! Delta sync, GET /changes (issue 8 item 7), over real HTTP: full listings, incremental answers
+//! Delta sync, GET /changes (docs/api.md, delta sync), over real HTTP: full listings, incremental answers
 //! after deposits and deletes, deletion markers, paging, bad input, restarts and format 1 data.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Hostile input at bounded cost (issue 9): bounded key tables, failed auth against the IP
+//! Hostile input at bounded cost (docs/hostile-input.md): bounded key tables, failed auth against the IP
 //! budget, empty bearer tokens, a body that never arrives, answers hyper itself would give, JSON
 //! number texts, and the reference response style. All over real HTTP or raw TCP.
 

@@ -1,4 +1,4 @@
-//! Idempotency-Key (issue 8 item 4) over real HTTP: replays byte for byte, 422 on other
+//! Idempotency-Key (docs/api.md, idempotency keys) over real HTTP: replays byte for byte, 422 on other
 //! parameters, 409 while the first request runs and has not made its write, a retry that waits
 //! for a write awaiting durability (also after its client went away) and replays it, 4xx kept,
 //! 5xx not, 24 h expiry, the bound per user, and durability across restarts.

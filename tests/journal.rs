@@ -230,7 +230,7 @@ fn frames(bytes: &[u8]) -> Vec<(usize, usize)> {
     v
 }
 
-/// Issue 6, items 3 and 5: under sustained writes segments are zero-filled ahead of use. After a
+/// docs/storage.md: under sustained writes segments are zero-filled ahead of use. After a
 /// kill -9, the unused zeros are not damage; a torn last record in them (its first sectors landed)
 /// is dropped and everything acknowledged is back; a flipped byte in the last acknowledged
 /// record still refuses to start, naming the file and offset.

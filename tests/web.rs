@@ -1,4 +1,4 @@
-//! The web page's static files (issue 10): served at exact GET paths without a token, with a
+//! The web page's static files (docs/web.md): served at exact GET paths without a token, with a
 //! strict Content-Security-Policy; everything else still answers like the API did before.
 
 mod common;

@@ -67,7 +67,7 @@ pub fn record_obj(r: &TxRecord) -> Obj {
         .str("Date", &fmt_datetime(r.date))
 }
 
-/// Largest page of /get_transactions (issue 8).
+/// Largest page of /get_transactions (docs/api.md).
 pub const PAGE_MAX: i64 = 1000;
 pub const BAD_LIMIT: &str = "limit must be an integer between 1 and 1000";
 const BAD_CURSOR: &str = "Invalid cursor";

@@ -1,4 +1,4 @@
-//! GET /changes: delta sync (issue 8 item 7). Every committed data write of a user raises its
+//! GET /changes: delta sync (docs/api.md, delta sync). Every committed data write of a user raises its
 //! `server_knowledge` and stores one change row (accounts upserted and removed, log ranges
 //! appended); an answer walks those rows after `since`, or lists everything when `since` is 0.
 //!

@@ -25,7 +25,7 @@ pub struct Passed {
     pub quota: Quota,
 }
 
-/// Token-exempt paths (SPEC 4.1, and the operational endpoints of issue 8). `/metrics` is
+/// Token-exempt paths (SPEC 4.1, and the operational endpoints of docs/api.md). `/metrics` is
 /// exempt only while enabled; turned off it is an unknown path like any other.
 /// The web page's static files are exempt too (exact GET paths, no data in them).
 fn is_public(app: &App, method: &Method, path: &str, headers: &HeaderMap) -> bool {

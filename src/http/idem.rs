@@ -1,4 +1,4 @@
-//! `Idempotency-Key` at the HTTP edge (issue 8 item 4). On the endpoints that write a user's
+//! `Idempotency-Key` at the HTTP edge (docs/api.md, idempotency keys). On the endpoints that write a user's
 //! data, a request carrying the header is checked against the user's kept keys before it runs:
 //! the same key with the same request replays the first answer byte for byte (with
 //! `Idempotent-Replayed: true`) and runs nothing; with another request it is a 422; while the

@@ -182,7 +182,7 @@ pub fn array(items: impl IntoIterator<Item = String>) -> String {
 const DATA_FRAMES: [&str; 2] = ["\"transactions\"", "\"time_series\""];
 
 /// Re-renders one of our JSON answers as the reference's jsonlite serializer would write the same
-/// R values (issue 9, `RESPONSE_STYLE=reference`; SPEC 3.5 and D1 describe the differences):
+/// R values (docs/hostile-input.md, `RESPONSE_STYLE=reference`; SPEC 3.5 and D1 describe the differences):
 /// every scalar member of an object becomes a one-element array, `null` becomes `{}`, an empty
 /// object (an empty R list) `[]`, arrays of scalars (R vectors) stay plain, data-frame members
 /// become rows of plain values (missing values left out), and numbers keep at most 4 decimals.

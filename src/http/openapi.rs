@@ -1,4 +1,4 @@
-//! The OpenAPI 3.1 description of the service, served at GET /openapi.json (issue 8).
+//! The OpenAPI 3.1 description of the service, served at GET /openapi.json (docs/api.md).
 //!
 //! It is generated from the router's route table: every route becomes one operation, and
 //! [`describe`] matches every endpoint exhaustively, so a new route cannot compile without its
@@ -461,7 +461,7 @@ fn common_headers(limited: bool) -> Value {
     h
 }
 
-/// Failures the service adds to /get_transactions' SPEC table (pagination, issue 8).
+/// Failures the service adds to /get_transactions' SPEC table (pagination, docs/api.md).
 static PAGING_ROWS: &[Row] = &[
     Row {
         statuses: &[400],

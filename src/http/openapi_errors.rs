@@ -1576,7 +1576,7 @@ pub static TABLES: &[(&str, &str, &[Row])] = &[
     ),
     (
         "/changes",
-        "issue 8 (delta sync; not in the SPEC)",
+        "docs/api.md (delta sync; not in the SPEC)",
         &[
             Row {
                 statuses: &[400],

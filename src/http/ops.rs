@@ -1,4 +1,4 @@
-//! Operational endpoints (issue 8): liveness and readiness probes, Prometheus metrics and the
+//! Operational endpoints (docs/api.md): liveness and readiness probes, Prometheus metrics and the
 //! OpenAPI document. They answer before any body is read and outside the envelope, like
 //! /__ping__.
 

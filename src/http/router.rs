@@ -44,13 +44,13 @@ pub enum Ep {
     GetFreq,
     SetPeriods,
     GetPeriods,
-    /// Delta sync (issue 8).
+    /// Delta sync (docs/api.md).
     Changes,
     /// Operational endpoints answered by `http` itself, never by a handler.
     Ops(Op),
 }
 
-/// The operational endpoints (issue 8).
+/// The operational endpoints (docs/api.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     Healthz,

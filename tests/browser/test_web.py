@@ -4,7 +4,7 @@ Usage: PFM_URL=http://127.0.0.1:PORT python3 tests/browser/test_web.py
 Env:   PFM_SHOTS   folder for screenshots (default: browser-screenshots, not committed)
        CHROMIUM / CHROMEDRIVER  binaries (default: /usr/bin/chromium, /usr/bin/chromedriver)
 
-Walks through what a person does (issue 10, item 5): register, log in, build a tree, deposit,
+Walks through what a person does (docs/web.md): register, log in, build a tree, deposit,
 watch balances and envelope bars change, move and distribute money, see an API error inline,
 see a script-like account name shown as text, page through transactions, delete with a
 confirmation, use the page at phone width and by keyboard; then checks the console has no errors.
