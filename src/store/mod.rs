@@ -63,6 +63,9 @@ pub enum StoreError {
     NewerFormat(String),
     /// Stored data fails its checksum or invariants; never silently dropped.
     Corrupt(String),
+    /// A write that would break an invariant of SPEC 13.2 item 10 (a bug in the engine): refused
+    /// before anything of it is stored.
+    Invariant(String),
     /// The operation was refused and is known not to be stored (a failed append cut off the
     /// journal, or a write built on one): the state before it is still exact.
     Refused(String),
@@ -101,6 +104,7 @@ impl std::fmt::Display for StoreError {
             StoreError::Codec(e) => write!(f, "codec: {e}"),
             StoreError::LockTimeout => write!(f, "per-user lock wait timed out"),
             StoreError::NewerFormat(e) | StoreError::Corrupt(e) => f.write_str(e),
+            StoreError::Invariant(e) => write!(f, "invariant broken: {e}"),
             StoreError::Refused(e) => write!(f, "write refused: {e}"),
             StoreError::Unavailable(e) => write!(f, "database unavailable: {e}"),
             StoreError::UserExists => f.write_str("user already exists"),

@@ -585,6 +585,11 @@ impl WriteGuard<'_> {
     /// (The operation comes boxed and the state is put in its `Arc` before any wait: both are
     /// large, and a future holds its arguments at every level it passes through.)
     async fn finish(self, op: Box<Op>, basis: u64, next: Option<Arc<UserState>>) -> Result<(), StoreError> {
+        if let (Op::Commit { user, .. }, Some(next)) = (&*op, &next) {
+            // Refused here, nothing is queued: the lock goes with `self`, a shared engine's
+            // transaction rolls back, and the next writer builds on the state before.
+            check_commit(user, &next.tree)?;
+        }
         let WriteGuard { slot, _lock: lock, users, txn, .. } = self;
         if let Some(txn) = txn {
             // Shared engine: commit under both locks, then publish with the new version.
@@ -665,6 +670,26 @@ impl WriteGuard<'_> {
         let recs = self.users.store.read_log(no, tree.root, seq, seq + 1).await?;
         Ok(recs.first().is_some_and(|r| r.id == id))
     }
+}
+
+/// The invariants of SPEC 13.2 item 10 a commit must keep, checked before it is queued. In every
+/// build, money conservation in O(1): the user record carries the tree's ledger (a load takes
+/// the tree's ledger from the record), and the tree's total is what that ledger counts. A write
+/// that broke it would be stored for good and refuse to load ever after. In debug and test
+/// builds, every invariant too, recomputed over the whole tree (a walk of every account, too
+/// slow for every write of a large tree in production).
+fn check_commit(user: &UserRecord, tree: &Tree) -> Result<(), StoreError> {
+    if user.ledger != tree.ledger {
+        return Err(StoreError::Invariant(format!(
+            "the user record's ledger {:?} is not the tree's {:?}",
+            user.ledger, tree.ledger
+        )));
+    }
+    crate::domain::tree::check_ledger(tree, &user.ledger).map_err(StoreError::Invariant)?;
+    if cfg!(debug_assertions) {
+        crate::domain::tree::check_invariants(tree).map_err(StoreError::Invariant)?;
+    }
+    Ok(())
 }
 
 /// A pipelined write waiting for durability. The request's own task waits and publishes; if that
@@ -807,7 +832,7 @@ mod tests {
                 match g.current.clone() {
                     Some(cur) => Ok(cur),
                     // No user seen: it registers over the removal in flight.
-                    None => Err(g.create(rec(2, 22), Tree::new_user(22, 7)).await),
+                    None => Err(g.create(rec(2, 22), Tree::new_user(22, 500)).await),
                 }
             };
             let let_fail = async { drop(release) };
@@ -820,6 +845,67 @@ mod tests {
             assert_eq!((st.user.user_no, st.tree.root), (1, 11));
             let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
             assert_eq!((stored.user_no, tree.root), (1, 11));
+        });
+    }
+
+    /// SPEC 13.2 item 10, in every build: a change that breaks money conservation is refused
+    /// before it is queued, and nothing of it is kept, in memory or in storage; the next write
+    /// goes on from the state before. Each broken change is built by hand, as an engine bug
+    /// would make it.
+    #[test]
+    fn a_change_that_breaks_the_ledger_is_refused_and_changes_nothing() {
+        use crate::domain::engine::{Ctx, Mode, USER};
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(JournalStore::open(dir.path()).unwrap());
+        let users = Users::new(store);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            users.lock("u").await.unwrap().create(rec(1, 11), Tree::new_user(11, 500)).await.unwrap();
+            let before = users.snapshot("u").await.unwrap().unwrap();
+            type Breaks = fn(&mut Tree, &mut Change);
+            let broken: [(&str, Breaks); 3] = [
+                ("not what its ledger counts", |t, c| {
+                    // Money from nowhere: main holds 100 more, no deposit counted.
+                    let main = Arc::make_mut(t.accounts.get_mut(&11).unwrap());
+                    main.balance += 100;
+                    main.sub_balance += 100;
+                    c.accounts = vec![t.accounts[&11].clone()];
+                }),
+                ("not what its ledger counts", |t, c| {
+                    // A deposit counted that no account received.
+                    t.ledger.deposits += 100;
+                    c.ledger = t.ledger.clone();
+                }),
+                ("is not the tree's", |_, c| {
+                    // The record would carry a ledger the tree does not.
+                    c.ledger.withdrawals += 1;
+                }),
+            ];
+            for (why, breaks) in broken {
+                let g = users.lock("u").await.unwrap();
+                let mut tree = g.current.clone().unwrap().tree.clone();
+                let mut change = Change { ledger: tree.ledger.clone(), ..Change::default() };
+                breaks(&mut tree, &mut change);
+                let err = g.commit(change, tree).await.expect_err("a change that breaks the ledger");
+                assert!(matches!(&err, StoreError::Invariant(m) if m.contains(why)), "{why}: {err}");
+            }
+            let kept = users.snapshot("u").await.unwrap().unwrap();
+            assert_eq!(
+                (kept.tree.ledger.clone(), kept.knowledge),
+                (before.tree.ledger.clone(), before.knowledge)
+            );
+            assert_eq!(kept.tree.get(11).unwrap().sub_balance, 500);
+            let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
+            assert_eq!((stored.ledger, tree.get(11).unwrap().balance), (before.user.ledger.clone(), 500));
+            // A sound write right after goes through.
+            let g = users.lock("u").await.unwrap();
+            let mut tree = g.current.clone().unwrap().tree.clone();
+            let mut ctx = Ctx::new(&mut tree, 0);
+            ctx.deposit(11, 50, None, &USER, &"c".into(), 0, Mode::External).unwrap();
+            let change = ctx.finish();
+            g.commit(change, tree).await.unwrap();
+            let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
+            assert_eq!((stored.ledger.deposits, tree.get(11).unwrap().balance), (50, 550));
         });
     }
 
@@ -839,10 +925,10 @@ mod tests {
             journal.fail_next_append();
             let g = users.lock("u").await.unwrap();
             assert!(g.current.is_none());
-            assert!(g.create(rec(2, 22), Tree::new_user(22, 7)).await.is_err());
+            assert!(g.create(rec(2, 22), Tree::new_user(22, 500)).await.is_err());
             let g = users.lock("u").await.unwrap();
             assert!(g.current.is_none());
-            g.create(rec(3, 33), Tree::new_user(33, 7)).await.expect("a registration after a failed one");
+            g.create(rec(3, 33), Tree::new_user(33, 500)).await.expect("a registration after a failed one");
             let st = users.snapshot("u").await.unwrap().expect("registered");
             assert_eq!((st.user.user_no, st.tree.root), (3, 33));
             let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
