@@ -107,7 +107,7 @@ pub struct Report {
 /// Copies every user from `from` to `to` and verifies the copy.
 pub async fn migrate(from: &Side, to: &Side) -> Result<Report, StoreError> {
     if !to.user_ids().await?.is_empty() {
-        return Err(StoreError::Engine("the target already holds users; migrate into an empty one".into()));
+        return Err(StoreError::TargetNotEmpty);
     }
     let ids = from.user_ids().await?;
     let mut report = Report::default();

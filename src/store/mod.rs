@@ -55,7 +55,6 @@ pub fn create_dir_durable(dir: &std::path::Path) -> std::io::Result<()> {
 
 #[derive(Debug)]
 pub enum StoreError {
-    Engine(String),
     Codec(String),
     /// The per-user lock could not be taken within the limit (13.2 item 7).
     LockTimeout,
@@ -81,6 +80,57 @@ pub enum StoreError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    /// sled failed: what was asked of it, and its answer (its I/O errors too, whole, so that a
+    /// full disk is told apart from a failed sync: [`StoreError::is_disk_full`]).
+    Sled {
+        op: &'static str,
+        source: sled::Error,
+    },
+    /// sled's directory is locked by another process.
+    InUse {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// sled could not lock its file, which another look found free: starting again may work.
+    LockFailed {
+        file: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// PostgreSQL answered an error of no kind above: what failed (a statement, a row's column,
+    /// the URL), and its answer.
+    Pg {
+        what: &'static str,
+        source: tokio_postgres::Error,
+    },
+    /// The PostgreSQL connection pool could not be built.
+    PgPool(deadpool_postgres::BuildError),
+    /// Setting the database up at start (migrations, shared settings) failed: which database,
+    /// and why.
+    PgSetup {
+        at: String,
+        source: Box<StoreError>,
+    },
+    /// A storage thread (or runtime) could not be started.
+    Spawn {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    /// The system's random source failed.
+    Random(getrandom::Error),
+    /// The store was stopped (shutdown): it takes no more writes.
+    Closed,
+    /// The journal thread is gone: the write was not queued, or its answer was lost with it.
+    JournalStopped,
+    /// sled is being reopened after a failed checkpoint, for longer than a read waits.
+    Reopening,
+    /// Staging stayed behind the journal for longer than a read waits.
+    CatchUpTimeout,
+    /// The process stopped while the write waited for durability: its outcome is unknown.
+    Abandoned,
+    /// `pfm migrate` into a target that already holds users.
+    TargetNotEmpty,
+    /// A state the code never reaches: a bug, described.
+    Bug(&'static str),
     /// The embedded engine takes no more writes until a restart: the disk failed a sync, so
     /// nothing written since the last good sync can be assumed durable (the kernel may have
     /// dropped the pages, and a later sync would succeed without them). Reads go on; the
@@ -92,15 +142,20 @@ impl StoreError {
     /// The disk is full: the write failed before anything of it was synced, and room may come
     /// back, unlike after a failed sync.
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, StoreError::Io { source, .. }
-            if source.kind() == std::io::ErrorKind::StorageFull || source.raw_os_error() == Some(libc::ENOSPC))
+        let source = match self {
+            StoreError::Io { source, .. } | StoreError::Sled { source: sled::Error::Io(source), .. } => {
+                source
+            }
+            _ => return false,
+        };
+        source.kind() == std::io::ErrorKind::StorageFull || source.raw_os_error() == Some(libc::ENOSPC)
     }
 }
 
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Logs only: a client sees "internal error" (or its 503) whatever the text.
         match self {
-            StoreError::Engine(e) => write!(f, "storage engine: {e}"),
             StoreError::Codec(e) => write!(f, "codec: {e}"),
             StoreError::LockTimeout => write!(f, "per-user lock wait timed out"),
             StoreError::NewerFormat(e) | StoreError::Corrupt(e) => f.write_str(e),
@@ -110,11 +165,42 @@ impl std::fmt::Display for StoreError {
             StoreError::UserExists => f.write_str("user already exists"),
             StoreError::DuplicateTxid(id) => write!(f, "duplicate main-account transaction id {id}"),
             StoreError::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
+            StoreError::Sled { op, source } => write!(f, "sled {op}: {source}"),
+            StoreError::InUse { path, source } => {
+                write!(f, "storage engine: {} is in use by another process: {source}", path.display())
+            }
+            StoreError::LockFailed { file, source } => write!(
+                f,
+                "storage engine: could not lock {} ({source}); it is free now, so starting again may work",
+                file.display()
+            ),
+            StoreError::Pg { what, source } => write!(f, "storage engine: {what}: {}", pg::chain(source)),
+            StoreError::PgPool(e) => write!(f, "storage engine: database pool: {e}"),
+            StoreError::PgSetup { at, source } => {
+                let why = source.to_string();
+                let why = why.strip_prefix("storage engine: ").unwrap_or(&why);
+                write!(f, "storage engine: cannot use the database at {at}: {why}")
+            }
+            StoreError::Spawn { what, source } => write!(f, "storage engine: starting {what}: {source}"),
+            StoreError::Random(e) => write!(f, "storage engine: random bytes: {e}"),
+            StoreError::Closed => f.write_str("storage engine: storage is closed"),
+            StoreError::JournalStopped => f.write_str("storage engine: the journal thread stopped"),
+            StoreError::Reopening => f.write_str("storage engine: storage is reopening"),
+            StoreError::CatchUpTimeout => {
+                f.write_str("storage engine: storage did not catch up with the journal")
+            }
+            StoreError::Abandoned => f.write_str("storage engine: stopped while waiting for durability"),
+            StoreError::TargetNotEmpty => {
+                f.write_str("storage engine: the target already holds users; migrate into an empty one")
+            }
+            StoreError::Bug(what) => write!(f, "storage engine: {what}"),
             StoreError::Halted(why) => write!(f, "storage takes no writes until a restart: {why}"),
         }
     }
 }
 
+// No `source()`: each message already ends with its cause's text (which is what logs show),
+// and a reporter that walked the chain would print it twice.
 impl std::error::Error for StoreError {}
 
 /// The stored user record (SPEC 2.7) plus the tree's root and lifetime ledger.
@@ -342,6 +428,36 @@ mod tests {
             overall_balance: 1,
             date: 0,
         }
+    }
+
+    /// A checkpoint retries after a full disk and halts after any other failure: the kind is
+    /// told from the system's answer, whether a journal file or sled met it.
+    #[test]
+    fn a_full_disk_is_told_apart_wherever_it_was_met() {
+        let full = || std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let eio = || std::io::Error::from_raw_os_error(libc::EIO);
+        let file = |source| StoreError::Io { op: "journal", path: "j/1.wal".into(), source };
+        let sled = |source| StoreError::Sled { op: "flush", source: sled::Error::Io(source) };
+        assert!(file(full()).is_disk_full());
+        assert!(sled(full()).is_disk_full());
+        assert!(!file(eio()).is_disk_full());
+        assert!(!sled(eio()).is_disk_full());
+        assert!(
+            !StoreError::Sled { op: "get row", source: sled::Error::Unsupported("x".into()) }.is_disk_full()
+        );
+        assert!(!StoreError::Halted("syncing failed".into()).is_disk_full());
+        // Logs say what was asked and what the system answered.
+        let text = sled(full()).to_string();
+        assert!(text.starts_with("sled flush: ") && text.contains("No space left"), "{text}");
+        assert_eq!(file(eio()).to_string(), format!("journal j/1.wal: {}", eio()));
+    }
+
+    /// Errors met while setting up the database name it, once.
+    #[test]
+    fn a_setup_error_names_the_database() {
+        let e =
+            StoreError::PgSetup { at: "db:5432/pfm".into(), source: Box::new(StoreError::Bug("it broke")) };
+        assert_eq!(e.to_string(), "storage engine: cannot use the database at db:5432/pfm: it broke");
     }
 
     #[test]

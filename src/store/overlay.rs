@@ -23,6 +23,7 @@ use parking_lot::RwLock;
 use sled::IVec;
 
 use super::codec::{self, Val};
+use super::sled_store::sled_err;
 use super::StoreError;
 
 /// A row to write: key and new value, or `None` to remove it.
@@ -59,10 +60,6 @@ pub fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-fn eng(e: sled::Error) -> StoreError {
-    StoreError::Engine(e.to_string())
-}
-
 type KeyRange<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
 
 fn bounds<'a>(lo: &'a [u8], hi: Option<&'a [u8]>) -> Option<KeyRange<'a>> {
@@ -75,7 +72,7 @@ fn bounds<'a>(lo: &'a [u8], hi: Option<&'a [u8]>) -> Option<KeyRange<'a>> {
 
 impl Rows for sled::Db {
     fn fetch(&self, key: &[u8]) -> Result<Option<IVec>, StoreError> {
-        sled::Tree::get(self, key).map_err(eng)
+        sled::Tree::get(self, key).map_err(sled_err("get row"))
     }
 
     fn range_rows(
@@ -88,9 +85,9 @@ impl Rows for sled::Db {
         let Some(b) = bounds(lo, hi) else { return Ok(Vec::new()) };
         let it = self.range::<&[u8], _>(b);
         if rev {
-            it.rev().take(max).map(|kv| kv.map_err(eng)).collect()
+            it.rev().take(max).map(|kv| kv.map_err(sled_err("read range"))).collect()
         } else {
-            it.take(max).map(|kv| kv.map_err(eng)).collect()
+            it.take(max).map(|kv| kv.map_err(sled_err("read range"))).collect()
         }
     }
 }
@@ -434,7 +431,7 @@ impl Rows for Merged<'_> {
             if rev { Box::new(it.rev()) } else { Box::new(it) };
         let mut out = Vec::new();
         let mut on = o.next();
-        let mut sn = s.next().transpose().map_err(eng)?;
+        let mut sn = s.next().transpose().map_err(sled_err("read range"))?;
         while out.len() < max {
             let ord = match (&on, &sn) {
                 (None, None) => break,
@@ -452,7 +449,7 @@ impl Rows for Merged<'_> {
             // Equal keys: the table's row (or its removal) replaces sled's.
             if ord != std::cmp::Ordering::Less {
                 let taken = sn.take();
-                sn = s.next().transpose().map_err(eng)?;
+                sn = s.next().transpose().map_err(sled_err("read range"))?;
                 if ord == std::cmp::Ordering::Greater {
                     out.extend(taken);
                     continue;

@@ -239,7 +239,7 @@ impl Stale {
 }
 
 /// An error with its causes ("error connecting to server: Connection refused").
-fn chain(e: &dyn std::error::Error) -> String {
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
@@ -254,9 +254,9 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Maps a database error: lock waits, lost connections and a server going away have their own
-/// kinds; the rest is an engine error.
+/// kinds; the rest is kept whole.
 fn pg_err(e: tokio_postgres::Error) -> StoreError {
-    let text = chain(&e);
+    let text = || chain(&e);
     match e.code() {
         Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => StoreError::LockTimeout,
         Some(c)
@@ -265,16 +265,16 @@ fn pg_err(e: tokio_postgres::Error) -> StoreError {
                 || *c == SqlState::CANNOT_CONNECT_NOW
                 || *c == SqlState::TOO_MANY_CONNECTIONS =>
         {
-            StoreError::Unavailable(text)
+            StoreError::Unavailable(text())
         }
         // The server no longer takes writes (a standby, or a primary fenced during a failover):
         // no primary on this connection; the pool then drops its connections (see `Stale`).
         Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => {
-            StoreError::Unavailable(format!("the database is read-only: {text}"))
+            StoreError::Unavailable(format!("the database is read-only: {}", text()))
         }
-        Some(_) => StoreError::Engine(format!("database: {text}")),
+        Some(_) => StoreError::Pg { what: "database", source: e },
         // No SQLSTATE: the connection itself failed (closed, reset, timed out).
-        None => StoreError::Unavailable(text),
+        None => StoreError::Unavailable(text()),
     }
 }
 
@@ -291,7 +291,7 @@ fn is_unique(e: &tokio_postgres::Error, constraint: &str) -> bool {
 }
 
 fn col<'r, T: tokio_postgres::types::FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, StoreError> {
-    row.try_get(i).map_err(|e| StoreError::Engine(format!("database row: {e}")))
+    row.try_get(i).map_err(|source| StoreError::Pg { what: "database row", source })
 }
 
 fn uid(id: AccountId) -> Uuid {
@@ -311,7 +311,7 @@ impl PgStore {
     /// message when the database cannot be reached (the binary then exits non-zero).
     pub fn open(url: &str) -> Result<PgStore, StoreError> {
         let mut cfg: tokio_postgres::Config =
-            url.parse().map_err(|e| StoreError::Engine(format!("invalid database URL: {e}")))?;
+            url.parse().map_err(|source| StoreError::Pg { what: "invalid database URL", source })?;
         cfg.connect_timeout(CONNECT_TIMEOUT);
         cfg.application_name("pfm");
         // pfm writes: with several hosts (a primary and its standbys) only the primary will do,
@@ -343,17 +343,21 @@ impl PgStore {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
-                    .map_err(|e| StoreError::Engine(e.to_string()))?;
+                    .map_err(|source| StoreError::Spawn { what: "the database setup runtime", source })?;
                 rt.block_on(setup(&setup_hosts))
             })
             .join()
-            .unwrap_or_else(|_| Err(StoreError::Engine("database setup panicked".into())))
+            .unwrap_or_else(|_| Err(StoreError::Bug("database setup panicked")))
         })
         .map_err(|e| match e {
             StoreError::Unavailable(m) => {
                 StoreError::Unavailable(format!("cannot reach the database at {where_}: {m}"))
             }
-            StoreError::Engine(m) => StoreError::Engine(format!("cannot use the database at {where_}: {m}")),
+            // A newer schema or damaged data says what to do as it is; the rest names the database.
+            e @ (StoreError::Pg { .. }
+            | StoreError::Spawn { .. }
+            | StoreError::Random(_)
+            | StoreError::Bug(_)) => StoreError::PgSetup { at: where_.clone(), source: Box::new(e) },
             other => other,
         })?;
         let n_hosts = u32::try_from(hosts.each.len()).unwrap_or(u32::MAX).max(1);
@@ -379,7 +383,7 @@ impl PgStore {
             }))
             .runtime(Runtime::Tokio1)
             .build()
-            .map_err(|e| StoreError::Engine(format!("database pool: {e}")))?;
+            .map_err(StoreError::PgPool)?;
         tracing::info!(database = %where_, "using PostgreSQL");
         Ok(PgStore { pool, stale, jwt_secret })
     }
@@ -449,7 +453,7 @@ async fn setup(hosts: &Hosts) -> Result<String, StoreError> {
         tracing::info!(version, name, "applied schema migration");
     }
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| StoreError::Engine(e.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(StoreError::Random)?;
     let fresh: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     tx.execute(
         "INSERT INTO settings (key, value) VALUES ('jwt_secret', $1) ON CONFLICT DO NOTHING",
@@ -510,11 +514,11 @@ struct Txn {
 
 impl Txn {
     fn c(&self) -> Result<&ClientWrapper, StoreError> {
-        self.obj.as_deref().ok_or_else(|| StoreError::Engine("transaction already finished".into()))
+        self.obj.as_deref().ok_or(StoreError::Bug("transaction already finished"))
     }
 
     async fn commit(mut self) -> Result<(), StoreError> {
-        let obj = self.obj.take().ok_or_else(|| StoreError::Engine("transaction already finished".into()))?;
+        let obj = self.obj.take().ok_or(StoreError::Bug("transaction already finished"))?;
         // Until COMMIT answers, the connection's state is unknown: if it fails, or this wait is
         // cancelled (the database did not answer in time), it is closed, never reused.
         Dirty(Some(obj)).settle("COMMIT").await.map_err(pg_err)

@@ -55,18 +55,16 @@ pub struct SledStore {
 
 /// Why sled 0.34 could not lock its file: it reports every failure alike ("could not acquire
 /// lock"), so the lock is tried again here to tell a holder elsewhere from another cause.
-fn lock_failure(path: &Path, e: &std::io::Error) -> StoreError {
+fn lock_failure(path: &Path, e: std::io::Error) -> StoreError {
     let file = path.join("db");
-    StoreError::Engine(match try_lock(&file) {
+    match try_lock(&file) {
         Err(p) if p.kind() == std::io::ErrorKind::WouldBlock => {
-            format!("{} is in use by another process: {e}", path.display())
+            StoreError::InUse { path: path.to_path_buf(), source: e }
         }
-        Err(p) => format!("cannot lock {}: {p}", file.display()),
+        Err(p) => StoreError::Io { op: "cannot lock", path: file, source: p },
         // Free again by now (the probe's lock goes with its file handle).
-        Ok(()) => {
-            format!("could not lock {} ({e}); it is free now, so starting again may work", file.display())
-        }
-    })
+        Ok(()) => StoreError::LockFailed { file, source: e },
+    }
 }
 
 /// Takes and at once lets go of the exclusive lock sled holds on `file`, its main file (the
@@ -88,12 +86,10 @@ pub fn damaged(path: &Path, what: &str) -> StoreError {
     ))
 }
 
-fn eng(e: sled::Error) -> StoreError {
-    match e {
-        // Kept whole: a full disk is told apart from a failed sync (see `journal::Halt`).
-        sled::Error::Io(source) => StoreError::Io { op: "sled", path: PathBuf::from("db"), source },
-        e => StoreError::Engine(e.to_string()),
-    }
+/// A sled error, with what was asked of sled (kept whole: a full disk is told apart from a failed
+/// sync, see `journal::Halt`).
+pub(super) fn sled_err(op: &'static str) -> impl Fn(sled::Error) -> StoreError {
+    move |source| StoreError::Sled { op, source }
 }
 
 impl SledStore {
@@ -120,7 +116,7 @@ impl SledStore {
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     || e.to_string().contains("could not acquire lock") =>
             {
-                return Err(lock_failure(&path, &e))
+                return Err(lock_failure(&path, e))
             }
             Ok(Err(e)) => return Err(damaged(&path, &e.to_string())),
             Err(_) => return Err(damaged(&path, "sled panicked while opening it")),
@@ -133,9 +129,9 @@ impl SledStore {
         };
         // sled creates its directory and files without syncing their names: a fresh database
         // would vanish whole at a power cut, whatever its own syncs made durable.
-        super::sync_path(&path)
-            .and_then(|_| super::sync_parent(&path))
-            .map_err(|e| StoreError::Engine(format!("syncing {}: {e}", path.display())))?;
+        let syncing = |p: &Path, source| StoreError::Io { op: "syncing", path: p.to_path_buf(), source };
+        super::sync_path(&path).map_err(|e| syncing(&path, e))?;
+        super::sync_parent(&path).map_err(|e| syncing(path.parent().unwrap_or(Path::new(".")), e))?;
         store.check_format(&path)?;
         store.id_secret = store.load_id_secret()?;
         Ok(store)
@@ -149,19 +145,19 @@ impl SledStore {
             let b = u64::from_be_bytes(v.get(8..16)?.try_into().ok()?);
             Some([a, b])
         };
-        if let Some(v) = self.db.get(codec::META_ID_SECRET).map_err(eng)? {
+        if let Some(v) = self.db.get(codec::META_ID_SECRET).map_err(sled_err("get id secret"))? {
             return parse(&v).ok_or_else(|| StoreError::Corrupt("bad id secret row".into()));
         }
         let mut fresh = [0u8; 16];
-        getrandom::fill(&mut fresh).map_err(|e| StoreError::Engine(e.to_string()))?;
+        getrandom::fill(&mut fresh).map_err(StoreError::Random)?;
         // Another writer cannot race this (sled holds the directory's lock), but keep whatever
         // is there should it ever be set already.
         let _ = self
             .db
             .compare_and_swap(codec::META_ID_SECRET, None as Option<&[u8]>, Some(&fresh[..]))
-            .map_err(eng)?;
-        self.db.flush().map_err(eng)?;
-        let v = self.db.get(codec::META_ID_SECRET).map_err(eng)?;
+            .map_err(sled_err("store id secret"))?;
+        self.db.flush().map_err(sled_err("flush"))?;
+        let v = self.db.get(codec::META_ID_SECRET).map_err(sled_err("get id secret"))?;
         v.as_deref().and_then(parse).ok_or_else(|| StoreError::Corrupt("id secret not stored".into()))
     }
 
@@ -171,7 +167,11 @@ impl SledStore {
     }
 
     fn check_format(&self, path: &Path) -> Result<(), StoreError> {
-        let stored = self.db.get(codec::META_FORMAT).map_err(eng)?.map(|v| v.first().copied().unwrap_or(0));
+        let stored = self
+            .db
+            .get(codec::META_FORMAT)
+            .map_err(sled_err("get format marker"))?
+            .map(|v| v.first().copied().unwrap_or(0));
         match stored {
             Some(v) if v == codec::FORMAT => Ok(()),
             Some(v) if v > codec::FORMAT => Err(StoreError::NewerFormat(format!(
@@ -186,8 +186,10 @@ impl SledStore {
                 if migrated > 0 {
                     tracing::info!(accounts = migrated, path = %path.display(), "migrated storage format 1 to 2");
                 }
-                self.db.insert(codec::META_FORMAT, &[codec::FORMAT]).map_err(eng)?;
-                self.db.flush().map_err(eng)?;
+                self.db
+                    .insert(codec::META_FORMAT, &[codec::FORMAT])
+                    .map_err(sled_err("store format marker"))?;
+                self.db.flush().map_err(sled_err("flush"))?;
                 Ok(())
             }
         }
@@ -199,7 +201,7 @@ impl SledStore {
     fn migrate_v1(&self) -> Result<usize, StoreError> {
         let mut n = 0;
         for kv in self.db.scan_prefix([codec::ACCOUNT]) {
-            let (k, v) = kv.map_err(eng)?;
+            let (k, v) = kv.map_err(sled_err("scan format 1 accounts"))?;
             if v.first() != Some(&codec::FORMAT_V1) {
                 continue;
             }
@@ -215,7 +217,7 @@ impl SledStore {
                 batch.insert(&*codec::day_key(codec::TRACK, user_no, id, *day), encode(row)?);
             }
             batch.insert(k, encode(&m.account)?);
-            self.db.apply_batch(batch).map_err(eng)?;
+            self.db.apply_batch(batch).map_err(sled_err("write migrated account"))?;
             n += 1;
         }
         Ok(n)
@@ -226,7 +228,7 @@ impl SledStore {
         Ok(self
             .db
             .get(codec::META_APPLIED)
-            .map_err(eng)?
+            .map_err(sled_err("get applied sequence number"))?
             .and_then(|v| v.as_ref().try_into().ok().map(u64::from_be_bytes))
             .unwrap_or(0))
     }
@@ -252,7 +254,7 @@ impl SledStore {
         if let Some(s) = seq {
             b.insert(codec::META_APPLIED, &s.to_be_bytes());
         }
-        self.db.apply_batch(b).map_err(eng)
+        self.db.apply_batch(b).map_err(sled_err("write rows"))
     }
 
     /// Writes a memtable's rows in batches of `chunk` rows, consecutive single log records of
@@ -334,7 +336,7 @@ impl SledStore {
     /// see [`RUN_BYTES`]), nor their directory entries, which a power loss after a checkpoint
     /// let the journal go would take.
     pub fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush().map_err(eng)?;
+        self.db.flush().map_err(sled_err("flush"))?;
         self.sync_blobs()
     }
 
@@ -376,7 +378,7 @@ impl SledStore {
 
     /// A user number never used before (+1 so that 0 never is one).
     pub fn new_user_no(&self) -> Result<u64, StoreError> {
-        self.db.generate_id().map(|n| n + 1).map_err(eng)
+        self.db.generate_id().map(|n| n + 1).map_err(sled_err("generate user number"))
     }
 }
 
@@ -710,16 +712,18 @@ mod tests {
     #[test]
     fn a_lock_failure_says_whether_the_database_is_in_use() {
         let dir = tempfile::tempdir().unwrap();
-        let sled_err = std::io::Error::other("could not acquire lock");
+        let sled_err = || std::io::Error::other("could not acquire lock");
         let store = SledStore::open(dir.path()).unwrap();
-        let held = lock_failure(&dir.path().join("db"), &sled_err).to_string();
-        assert!(held.contains("is in use by another process"), "{held}");
+        let held = lock_failure(&dir.path().join("db"), sled_err());
+        assert!(matches!(held, StoreError::InUse { .. }), "{held:?}");
+        assert!(held.to_string().contains("is in use by another process"), "{held}");
         assert!(SledStore::open(dir.path()).err().unwrap().to_string().contains("in use"));
         // Closed, the directory's lock is free at once (a plain drop frees it a moment later).
         store.close();
-        let free = lock_failure(&dir.path().join("db"), &sled_err).to_string();
-        assert!(free.contains("it is free now"), "{free}");
-        let missing = lock_failure(&dir.path().join("nowhere"), &sled_err).to_string();
+        let free = lock_failure(&dir.path().join("db"), sled_err());
+        assert!(matches!(free, StoreError::LockFailed { .. }), "{free:?}");
+        assert!(free.to_string().contains("it is free now"), "{free}");
+        let missing = lock_failure(&dir.path().join("nowhere"), sled_err()).to_string();
         assert!(missing.contains("cannot lock") && !missing.contains("in use"), "{missing}");
     }
 

@@ -539,7 +539,7 @@ impl WriteGuard<'_> {
         tree: Tree,
         rec: Option<IdemRecord>,
     ) -> Result<(), StoreError> {
-        let cur = self.current.clone().ok_or_else(|| StoreError::Engine("commit without a user".into()))?;
+        let cur = self.current.clone().ok_or_else(|| StoreError::Bug("commit without a user"))?;
         let mut user = cur.user.clone();
         user.ledger = change.ledger.clone();
         let sync = SyncRow::of(cur.knowledge + 1, &change);
@@ -576,7 +576,7 @@ impl WriteGuard<'_> {
 
     /// Removes the current user and every row of its tree.
     pub async fn delete_user(self) -> Result<(), StoreError> {
-        let cur = self.current.clone().ok_or_else(|| StoreError::Engine("delete without a user".into()))?;
+        let cur = self.current.clone().ok_or_else(|| StoreError::Bug("delete without a user"))?;
         self.finish(Box::new(Op::DeleteUser { user: cur.user.clone() }), cur.basis, None).await
     }
 
@@ -632,7 +632,7 @@ impl WriteGuard<'_> {
         let mut wait = Settle { durable: Some(durable), slot, gen, basis, next };
         let res = match wait.durable.as_mut() {
             Some(d) => d.await,
-            None => Err(StoreError::Engine("commit already settled".into())),
+            None => Err(StoreError::Bug("commit already settled")),
         };
         wait.durable = None;
         settle(&wait.slot, gen, basis, wait.next.take(), &res);
@@ -717,9 +717,7 @@ impl Drop for Settle {
             }
             // No runtime left to wait on (the process is stopping): the outcome is unknown, so
             // the user's state is forgotten and reloaded from storage by whoever comes next.
-            Err(_) => {
-                settle(&slot, gen, basis, next, &Err(StoreError::Engine("stopped while waiting".into())))
-            }
+            Err(_) => settle(&slot, gen, basis, next, &Err(StoreError::Abandoned)),
         }
     }
 }

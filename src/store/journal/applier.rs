@@ -132,7 +132,7 @@ pub(super) struct NoRows;
 
 impl Rows for NoRows {
     fn fetch(&self, _: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
-        Err(StoreError::Engine("an operation without listing read storage".into()))
+        Err(StoreError::Bug("an operation without listing read storage"))
     }
     fn range_rows(
         &self,
@@ -141,7 +141,7 @@ impl Rows for NoRows {
         _: bool,
         _: usize,
     ) -> Result<Vec<(sled::IVec, sled::IVec)>, StoreError> {
-        Err(StoreError::Engine("an operation without listing read storage".into()))
+        Err(StoreError::Bug("an operation without listing read storage"))
     }
 }
 

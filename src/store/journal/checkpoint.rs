@@ -204,7 +204,7 @@ pub(super) fn checkpoint(shared: &Shared) {
     // and the marker must never claim more than sled has.
     let flushed = match shared.sled.read().as_ref() {
         Some(s) => s.applied_seq().and_then(|covered| s.flush().map(|_| covered)),
-        None => Err(StoreError::Engine("storage is reopening".into())),
+        None => Err(StoreError::Reopening),
     };
     let covered = match flushed {
         Ok(c) => c,

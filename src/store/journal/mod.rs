@@ -295,7 +295,7 @@ impl Shared {
     fn with_sled<T>(&self, f: impl FnOnce(&SledStore) -> Result<T, StoreError>) -> Result<T, StoreError> {
         match self.sled.read().as_ref() {
             Some(s) => f(s),
-            None => Err(StoreError::Engine("storage is reopening".into())),
+            None => Err(StoreError::Reopening),
         }
     }
 
@@ -350,17 +350,17 @@ impl JournalStore {
                     Segment { file, path: seg, pos: 0, cap: 0, first_seq: next_seq },
                 )
             })
-            .map_err(|e| StoreError::Engine(e.to_string()))?;
+            .map_err(|source| StoreError::Spawn { what: "the journal thread", source })?;
         let s2 = shared.clone();
         let applier = std::thread::Builder::new()
             .name("pfm-applier".into())
             .spawn(move || applier_thread(s2, arx, applier, queued))
-            .map_err(|e| StoreError::Engine(e.to_string()))?;
+            .map_err(|source| StoreError::Spawn { what: "the applier thread", source })?;
         let s3 = shared.clone();
         let checkpointer = std::thread::Builder::new()
             .name("pfm-checkpoint".into())
             .spawn(move || checkpoint_thread(s3, crx))
-            .map_err(|e| StoreError::Engine(e.to_string()))?;
+            .map_err(|source| StoreError::Spawn { what: "the checkpoint thread", source })?;
         Ok(JournalStore {
             shared,
             submit: Mutex::new(Submitter { next_seq, tx: Some(tx) }),
@@ -402,7 +402,7 @@ impl JournalStore {
                 return Ok(());
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(StoreError::Engine("storage did not catch up with the journal".into()));
+                return Err(StoreError::CatchUpTimeout);
             }
         }
     }
@@ -511,7 +511,7 @@ impl Store for JournalStore {
             }
             let mut sub = self.submit.lock();
             let seq = sub.next_seq;
-            let tx = sub.tx.as_ref().ok_or_else(|| StoreError::Engine("storage is closed".into()))?;
+            let tx = sub.tx.as_ref().ok_or(StoreError::Closed)?;
             let (no, ids) = main_txids(&op);
             if !ids.is_empty() {
                 let mut map = self.shared.pending_txids.lock();
@@ -523,7 +523,7 @@ impl Store for JournalStore {
             if let Err(back) = tx.send(Entry { seq, basis, frame: Vec::new(), spans: None, op, ack }) {
                 // Never queued: its ids must not answer 409 later.
                 forget_txids(&self.shared, std::iter::once(&*back.0.op));
-                return Err(StoreError::Engine("the journal thread stopped".into()));
+                return Err(StoreError::JournalStopped);
             }
             sub.next_seq += 1;
             Ok(())
@@ -531,7 +531,7 @@ impl Store for JournalStore {
         Box::pin(async move {
             let _timer = timer;
             queued?;
-            rx.await.map_err(|_| StoreError::Engine("the journal thread stopped".into()))?
+            rx.await.map_err(|_| StoreError::JournalStopped)?
         })
     }
 
