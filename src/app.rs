@@ -17,7 +17,8 @@ pub struct App {
     pub cfg: Config,
     pub clock: Arc<dyn Clock>,
     pub users: Users,
-    /// The embedded engine itself (its test hooks), also behind `users`; `None` on PostgreSQL.
+    /// The embedded engine itself, also behind `users` (tests reach its hooks, feature
+    /// `test-hooks`, through it); `None` on PostgreSQL.
     pub journal: Option<Arc<JournalStore>>,
     pub jwt: Jwt,
     pub passwords: Passwords,

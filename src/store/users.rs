@@ -197,7 +197,8 @@ impl Users {
         }
     }
 
-    /// Changes the per-user lock wait (tests use a short one to provoke the timeout).
+    /// Test hook: changes the per-user lock wait (a short one provokes the timeout).
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn set_lock_wait(&self, wait: Duration) {
         self.lock_wait_ms.store(wait.as_millis() as u64, Ordering::Relaxed);
     }
@@ -358,12 +359,14 @@ impl Users {
         self.store.read_changes(st.user.user_no, after, upto.min(st.knowledge), max).await
     }
 
-    /// Whether a request with idempotency key `key` of `user_id` runs now (tests wait on it).
+    /// Test hook: whether a request with idempotency key `key` of `user_id` runs now.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn idem_running(&self, user_id: &str, key: &str) -> bool {
         self.slot(user_id).idem_running.lock().contains(key)
     }
 
-    /// Requests of `user_id` waiting for the write that carries their key (tests wait on it).
+    /// Test hook: requests of `user_id` waiting for the write that carries their key.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn idem_waiting(&self, user_id: &str) -> usize {
         self.slot(user_id).idem_waiting.load(Ordering::Relaxed)
     }

@@ -217,20 +217,11 @@ pub(super) fn append_loop(
         if retry && (seg.cap > 0 || seg.pos >= prepare_after) && spare_req.send(seg_bytes).is_ok() {
             spare = Spare::Pending;
         }
-        let written = match shared.fail_next_append.swap(0, Ordering::SeqCst) {
-            0 => {
+        let written = match injected_failure(shared) {
+            Some(failure) => Err(failure),
+            None => {
                 let _timer = crate::metrics::flush_timer();
                 write_batch(&seg, &buf)
-            }
-            hook => {
-                if let Some(gate) = shared.failure_gate.lock().take() {
-                    let _ = gate.recv();
-                }
-                Err(if hook == FAIL_SYNC {
-                    (true, std::io::Error::from_raw_os_error(libc::EIO))
-                } else {
-                    (false, std::io::Error::from_raw_os_error(libc::ENOSPC))
-                })
             }
         };
         crate::metrics::flush_commits(live.len() as u64);

@@ -37,7 +37,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -176,11 +176,9 @@ struct Shared {
     /// Set while the journal's last append failed (a full disk): checkpoints wait, because a
     /// sled flush then fails too and sled 0.34 refuses everything after a failed write.
     append_failing: AtomicBool,
-    /// Test hook: the next append fails as a full disk would (`FAIL_WRITE`), or its sync fails
-    /// as a failing disk's does (`FAIL_SYNC`).
-    fail_next_append: AtomicU8,
-    /// Test hook: that failure waits until this channel's sender sends or is dropped.
-    failure_gate: Mutex<Option<mpsc::Receiver<()>>>,
+    /// Failures tests provoke (see [`Hooks`]).
+    #[cfg(any(test, feature = "test-hooks"))]
+    hooks: Hooks,
     /// Test hook: the applier thread waits this long before each batch it stages.
     #[cfg(test)]
     slow_applier_ms: AtomicU64,
@@ -211,8 +209,46 @@ fn io(path: &Path, e: std::io::Error) -> StoreError {
     StoreError::Io { op: "journal", path: path.to_path_buf(), source: e }
 }
 
+/// Test hooks: failures a test provokes. Only in builds with tests (the `test-hooks` feature,
+/// which the tests' dependency on this crate enables): a release binary has none of them.
+#[cfg(any(test, feature = "test-hooks"))]
+#[derive(Default)]
+struct Hooks {
+    /// The next append fails as a full disk would (`FAIL_WRITE`), or its sync fails as a failing
+    /// disk's does (`FAIL_SYNC`).
+    fail_next_append: std::sync::atomic::AtomicU8,
+    /// That failure waits until this channel's sender sends or is dropped.
+    failure_gate: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+#[cfg(any(test, feature = "test-hooks"))]
 const FAIL_WRITE: u8 = 1;
+#[cfg(any(test, feature = "test-hooks"))]
 const FAIL_SYNC: u8 = 2;
+
+/// The failure a test armed for this append, if any, once its gate lets it through:
+/// `(sync_failed, error)` as [`append::write_batch`] answers.
+#[cfg(any(test, feature = "test-hooks"))]
+fn injected_failure(shared: &Shared) -> Option<(bool, std::io::Error)> {
+    let hook = shared.hooks.fail_next_append.swap(0, Ordering::SeqCst);
+    if hook == 0 {
+        return None;
+    }
+    if let Some(gate) = shared.hooks.failure_gate.lock().take() {
+        let _ = gate.recv();
+    }
+    Some(if hook == FAIL_SYNC {
+        (true, std::io::Error::from_raw_os_error(libc::EIO))
+    } else {
+        (false, std::io::Error::from_raw_os_error(libc::ENOSPC))
+    })
+}
+
+#[cfg(not(any(test, feature = "test-hooks")))]
+#[inline(always)]
+fn injected_failure(_: &Shared) -> Option<(bool, std::io::Error)> {
+    None
+}
 
 /// Once the disk fails a sync, the store takes no more writes until a restart: the kernel may
 /// have dropped the unsynced pages and marked them clean, so a later sync would succeed
@@ -284,8 +320,8 @@ impl Shared {
             stalled: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             append_failing: AtomicBool::new(false),
-            fail_next_append: AtomicU8::new(0),
-            failure_gate: Mutex::new(None),
+            #[cfg(any(test, feature = "test-hooks"))]
+            hooks: Hooks::default(),
             #[cfg(test)]
             slow_applier_ms: AtomicU64::new(0),
             segment_bytes,
@@ -369,20 +405,23 @@ impl JournalStore {
     }
 
     /// Test hook: make the next append fail as a full disk would.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn fail_next_append(&self) {
-        self.shared.fail_next_append.store(FAIL_WRITE, Ordering::SeqCst);
+        self.shared.hooks.fail_next_append.store(FAIL_WRITE, Ordering::SeqCst);
     }
 
     /// Test hook: make the next append's sync fail with EIO, as a failing disk's does.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn fail_next_sync(&self) {
-        self.shared.fail_next_append.store(FAIL_SYNC, Ordering::SeqCst);
+        self.shared.hooks.fail_next_append.store(FAIL_SYNC, Ordering::SeqCst);
     }
 
     /// Test hook: [`Self::fail_next_append`], with the failure answered only once the returned
     /// sender sends or is dropped (so a test can act while the failing write is in flight).
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn fail_next_append_when_released(&self) -> mpsc::Sender<()> {
         let (tx, rx) = mpsc::channel();
-        *self.shared.failure_gate.lock() = Some(rx);
+        *self.shared.hooks.failure_gate.lock() = Some(rx);
         self.fail_next_append();
         tx
     }
