@@ -32,7 +32,7 @@ pub struct Rq {
     pub ident: Option<std::sync::Arc<Identity>>,
     pub now_us: i64,
     pub has_auth: bool,
-    /// The request's `Idempotency-Key`, when it carries one and writes (issue 8 item 4).
+    /// The request's `Idempotency-Key`, when it carries one and writes (docs/api.md, idempotency keys).
     pub idem: Option<IdemReq>,
     /// Logs the answer names by marker, to be filled in by `http` (see [`logs`]).
     pub logs: std::sync::Mutex<Option<logs::LogPlan>>,

@@ -253,7 +253,7 @@ impl SyncRow {
     }
 }
 
-/// A kept answer to a request that carried an `Idempotency-Key` (issue 8 item 4).
+/// A kept answer to a request that carried an `Idempotency-Key` (docs/api.md, idempotency keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdemRecord {
     pub key: String,

@@ -36,7 +36,7 @@ const SHARDS: usize = 64;
 /// user is simply loaded again from storage on its next request.
 const SLOTS_PER_SHARD: usize = 2048;
 
-/// Idempotency keys are kept this long (issue 8 item 4)...
+/// Idempotency keys are kept this long (docs/api.md, idempotency keys)...
 pub const IDEM_TTL_US: i64 = 24 * 3600 * 1_000_000;
 /// ...and at most this many per user (the oldest is dropped first).
 pub const IDEM_MAX: usize = 1000;

@@ -1,4 +1,4 @@
--- Delta sync and idempotency keys (issue 8): one change row per committed data write, and the
+-- Delta sync and idempotency keys (docs/api.md): one change row per committed data write, and the
 -- kept answers of keyed requests. Both are written in the transaction of the write they belong
 -- to; primary keys start with user_no (Citus).
 CREATE TABLE change_rows (
