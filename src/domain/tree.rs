@@ -129,6 +129,13 @@ pub struct Ledger {
     pub withdrawals: i128,
 }
 
+impl Ledger {
+    /// What the tree must hold: the initial balance, plus every deposit, minus every withdrawal.
+    pub fn expected_total(&self) -> i128 {
+        i128::from(self.initial_balance) + self.deposits - self.withdrawals
+    }
+}
+
 /// One user's tree. Accounts are shared copy-on-write so a mutation clones only what it touches.
 #[derive(Debug, Clone)]
 pub struct Tree {
@@ -338,7 +345,7 @@ pub fn utilization_text(spending: i128, allocated: i128) -> String {
 /// the whole tree).
 pub fn check_ledger(tree: &Tree, ledger: &Ledger) -> Result<(), String> {
     let total = tree.get(tree.root).ok_or("root missing")?.sub_balance;
-    let expected = i128::from(ledger.initial_balance) + ledger.deposits - ledger.withdrawals;
+    let expected = ledger.expected_total();
     if total != expected {
         return Err(format!(
             "the tree's total {total} is not what its ledger counts, {expected} ({ledger:?})"
@@ -405,7 +412,7 @@ pub fn check_invariants(tree: &Tree) -> Result<(), String> {
         return Err("unreachable accounts".into());
     }
     let l = &tree.ledger;
-    if total != i128::from(l.initial_balance) + l.deposits - l.withdrawals {
+    if total != l.expected_total() {
         return Err(format!("money not conserved: {total} vs ledger {l:?}"));
     }
     Ok(())
