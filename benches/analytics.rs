@@ -1,4 +1,4 @@
-//! Analytics query cost versus history size (issue: query cost must be flat in history).
+//! Analytics query cost versus history size: a query's cost must be flat in history.
 //!
 //! Builds a tree of 1 main, 10 children and 50 grandchildren, records 1,000 and then 100,000
 //! deposits (spread over one year of transaction dates), persists it, and measures every
@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use pfm::api::{call, Rq};
+use pfm::api::params::Params;
+use pfm::api::{respond, Envelope, Ep, Rq};
 use pfm::app::App;
 use pfm::auth::jwt::Identity;
 use pfm::clock::ManualClock;
@@ -19,8 +20,7 @@ use pfm::config::Config;
 use pfm::domain::engine::{Ctx, Mode};
 use pfm::domain::frac::Frac;
 use pfm::domain::tree::{fmt_uuid, Account, AccountId, Grand, Kind, Tree};
-use pfm::http::params::Params;
-use pfm::http::router::Ep;
+use pfm::http::response::render_success;
 use pfm::store::UserRecord;
 
 const NOW: i64 = 1_752_137_415;
@@ -128,9 +128,9 @@ fn run_once(f: &Fixture, ep: Ep, query: &str) {
         now_us: NOW * 1_000_000,
         has_auth: true,
         idem: None,
-        logs: Default::default(),
+        envelope: Envelope { render: render_success, prefix: "", start_us: NOW * 1_000_000 },
     };
-    let out = f.rt.block_on(call(&f.app, ep, &rq));
+    let out = f.rt.block_on(respond(&f.app, ep, &rq, "bench"));
     assert!(out.is_ok(), "{query}");
 }
 

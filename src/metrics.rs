@@ -2,7 +2,7 @@
 //! through the small functions below, so instrumenting a layer is one line.
 //!
 //! The metrics are process-wide (one process is one scrape target). Per-route handles are
-//! resolved once at first use, indexed like the router's route table, so recording a request
+//! resolved once at first use, indexed by the route labels `http` passes, so recording a request
 //! costs a few atomic adds and no allocation.
 
 use std::sync::LazyLock;
@@ -12,8 +12,6 @@ use prometheus::{
     exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, Opts, Registry, TextEncoder,
 };
-
-use crate::http::router::ROUTES;
 
 /// Route label of requests whose path is not in the route table (bounds the label set).
 pub const OTHER_ROUTE: &str = "other";
@@ -25,8 +23,8 @@ const LATENCY_BUCKETS: &[f64] =
 struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
-    /// Latency per route, by route index; the last one is [`OTHER_ROUTE`].
-    latency: Vec<Histogram>,
+    /// Latency by route label.
+    latency: HistogramVec,
     commit_seconds: Histogram,
     commit_rows: Histogram,
     flush_seconds: Histogram,
@@ -53,12 +51,6 @@ fn build() -> Metrics {
         &["route"],
     )
     .expect(FIXED);
-    let latency = ROUTES
-        .iter()
-        .map(|r| r.path)
-        .chain([OTHER_ROUTE])
-        .map(|p| latency_vec.with_label_values(&[p]))
-        .collect();
     let commit_seconds = Histogram::with_opts(
         HistogramOpts::new("store_commit_duration_seconds", "Atomic commit: apply plus the (shared) flush")
             .buckets(LATENCY_BUCKETS.to_vec()),
@@ -95,7 +87,7 @@ fn build() -> Metrics {
     .expect(FIXED);
     let all: [Box<dyn prometheus::core::Collector>; 11] = [
         Box::new(requests.clone()),
-        Box::new(latency_vec),
+        Box::new(latency_vec.clone()),
         Box::new(commit_seconds.clone()),
         Box::new(commit_rows.clone()),
         Box::new(flush_seconds.clone()),
@@ -112,7 +104,7 @@ fn build() -> Metrics {
     Metrics {
         registry,
         requests,
-        latency,
+        latency: latency_vec,
         commit_seconds,
         commit_rows,
         flush_seconds,
@@ -127,42 +119,38 @@ fn build() -> Metrics {
 
 static M: LazyLock<Metrics> = LazyLock::new(build);
 
-/// Index of `path` in the route table, or the index of [`OTHER_ROUTE`].
-pub fn route_index(path: &str) -> usize {
-    ROUTES.iter().position(|r| r.path == path).unwrap_or(ROUTES.len())
-}
-
-/// The route label of an index from [`route_index`].
-pub fn route_label(index: usize) -> &'static str {
-    ROUTES.get(index).map_or(OTHER_ROUTE, |r| r.path)
-}
-
-/// One answered request.
 /// Statuses whose counters are cached per route (the rest are looked up by label).
 const CACHED_STATUSES: [u16; 8] = [200, 400, 401, 403, 404, 409, 429, 500];
 
-/// Per route, the counters of [`CACHED_STATUSES`]: a label lookup hashes and locks, and every
-/// request counts once, so the common ones are resolved once.
-static REQUEST_COUNTERS: LazyLock<Vec<[prometheus::IntCounter; 8]>> = LazyLock::new(|| {
-    (0..=crate::http::router::ROUTES.len())
-        .map(|r| CACHED_STATUSES.map(|s| M.requests.with_label_values(&[route_label(r), &s.to_string()])))
-        .collect()
-});
+/// Per route: its latency histogram and the counters of [`CACHED_STATUSES`]. A label lookup
+/// hashes and locks, and every request counts once, so these are resolved once.
+static ROUTE_HANDLES: std::sync::OnceLock<Vec<(Histogram, [IntCounter; 8])>> = std::sync::OnceLock::new();
 
-pub fn request_observed(route: usize, status: u16, elapsed: Duration) {
+/// One answered request, on the route `labels[route]` (`labels`: every route's label, the same
+/// list on every call).
+pub fn request_observed(labels: &'static [&'static str], route: usize, status: u16, elapsed: Duration) {
     let m = &*M;
-    let cached = CACHED_STATUSES.iter().position(|s| *s == status);
-    match (cached, REQUEST_COUNTERS.get(route)) {
-        (Some(i), Some(row)) => row[i].inc(),
-        _ => {
+    let handles = ROUTE_HANDLES.get_or_init(|| {
+        labels
+            .iter()
+            .map(|l| {
+                let counters =
+                    CACHED_STATUSES.map(|s| m.requests.with_label_values(&[*l, s.to_string().as_str()]));
+                (m.latency.with_label_values(&[l]), counters)
+            })
+            .collect()
+    });
+    let Some((latency, counters)) = handles.get(route) else { return };
+    match CACHED_STATUSES.iter().position(|s| *s == status) {
+        Some(i) => counters[i].inc(),
+        None => {
+            let label = labels.get(route).copied().unwrap_or(OTHER_ROUTE);
             let code =
                 hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-            m.requests.with_label_values(&[route_label(route), code.as_str()]).inc();
+            m.requests.with_label_values(&[label, code.as_str()]).inc();
         }
     }
-    if let Some(h) = m.latency.get(route) {
-        h.observe(elapsed.as_secs_f64());
-    }
+    latency.observe(elapsed.as_secs_f64());
 }
 
 /// Times a store commit of `rows` writes; observes when dropped (success or error).

@@ -290,11 +290,11 @@ fn openapi_document_is_public_and_describes_every_route() {
     let doc = &r.json;
     assert_eq!(doc["openapi"], "3.1.0");
     let paths = doc["paths"].as_object().expect("paths");
-    assert_eq!(paths.len(), pfm::http::router::ROUTES.len());
-    for route in pfm::http::router::ROUTES {
-        let m = route.method.as_str().to_ascii_lowercase();
+    assert_eq!(paths.len(), pfm::api::ENDPOINTS.len());
+    for route in pfm::api::ENDPOINTS {
+        let m = route.verb.as_str().to_ascii_lowercase();
         let op = &doc["paths"][route.path][&m];
-        assert!(op.is_object(), "{} {} undocumented", route.method, route.path);
+        assert!(op.is_object(), "{} {} undocumented", route.verb.as_str(), route.path);
         let ok = &op["responses"]["200"];
         assert!(ok["content"].is_object(), "{}", route.path);
         // Every operation states its failures too (at least the rate limiter's 429).

@@ -1,8 +1,12 @@
 //! Read-only analytics (SPEC 8). Everything except the two log endpoints is answered from the
 //! snapshot's precomputed aggregates.
 
+use super::decl::{by_role, row, Endpoint, Kind as P, Msgs, Param, Row, Shape};
+use super::endpoints::{Ep, NO_TREE, UUID_LOWER, UUID_UPPER};
+use super::json::{array, Obj};
 use super::logs::LogPlan;
-use super::{find, integral, millionths, number, snapshot, Rq};
+use super::params::{PVal, Params};
+use super::{find, snapshot, ApiError, Handled, Rq};
 use crate::app::App;
 use crate::domain::dates::{day_of, fmt_datetime, fmt_day, fmt_due, parse_date};
 use crate::domain::engine::TxRecord;
@@ -10,9 +14,6 @@ use crate::domain::num::fmt_scaled;
 use crate::domain::tree::{
     fmt_uuid, range_figures, utilization_text, AccountId, DaySums, Kind, RangeFigures, Tree,
 };
-use crate::http::json::{array, Obj};
-use crate::http::params::{check_len, PVal, Params};
-use crate::http::response::ApiError;
 
 /// Default range start: today minus this many days (D19).
 const DEFAULT_SPAN_DAYS: i64 = 365_000;
@@ -20,16 +21,245 @@ const DEFAULT_SPAN_DAYS: i64 = 365_000;
 const LOOKAHEAD_MAX_MICRO: i128 = 1_000_000_000_000;
 /// Longest time series (D21).
 const SERIES_MAX_DAYS: i64 = 3660;
+/// Longest `amt_type` label (SPEC 14.2).
+const AMT_TYPE_MAX_CHARS: usize = 64;
+
+const NOT_FOUND_BY_ROLE: Row = by_role("account not found", "`Account not found or unauthorized`");
+const RANGE_ORDER: Row = row!(
+    400,
+    "`to` day before `from` day (after invalid bounds were replaced by defaults)",
+    "`End date cannot be earlier than start date`"
+);
+
+static FROM: Param = Param::new(
+    "from",
+    P::Date,
+    Msgs::invalid("Invalid date format"),
+    "First day (SPEC 8.1); default today minus 365000 days.",
+);
+static TO: Param =
+    Param::new("to", P::Date, Msgs::invalid("Invalid date format"), "Last day, inclusive; default today.");
+static RANGE: [&Param; 3] = [&UUID_UPPER, &FROM, &TO];
+const RANGE_FIELDS: [(&str, Shape); 3] = [("uuid", Shape::Str), ("from", Shape::Str), ("to", Shape::Str)];
+
+pub static GET_BALANCE: Endpoint = Endpoint::read(
+    "/get_balance",
+    Ep::GetBalance,
+    "Balance not retrieved",
+    "An account's own balance",
+    &[&UUID_LOWER],
+    &[("uuid", Shape::Str), ("balance", Shape::Num)],
+    &[NO_TREE, NOT_FOUND_BY_ROLE],
+);
+
+static LIMIT: Param = Param::new(
+    "limit",
+    P::Int { min: 1, max: PAGE_MAX },
+    Msgs::invalid(BAD_LIMIT),
+    "Page size. Without it the whole log is answered (streamed past STREAM_MIN_RECORDS records).",
+);
+static CURSOR: Param =
+    Param::text("cursor", None, None, "next_cursor of the previous page (only with limit).");
+
+pub static GET_TRANSACTIONS: Endpoint = Endpoint::read(
+    "/get_transactions",
+    Ep::GetTransactions,
+    "Transaction retrieval failed",
+    "An account's transaction log in recording order; paged when limit is given",
+    &[&UUID_LOWER, &LIMIT, &CURSOR],
+    &[
+        ("uuid", Shape::Str),
+        ("transaction_count", Shape::Int),
+        ("transactions", Shape::Rows { schema: "Transaction", frame: true }),
+        ("next_cursor", Shape::Optional(&Shape::NullableStr)),
+    ],
+    &[
+        NO_TREE,
+        NOT_FOUND_BY_ROLE,
+        row!(
+            400,
+            "`limit` present and `cursor` not one the service issued for this account",
+            "`Invalid cursor`"
+        ),
+    ],
+);
+
+pub static TOTAL_BALANCE: Endpoint = Endpoint::read(
+    "/compute_total_balance",
+    Ep::TotalBalance,
+    "Failed to compute balance",
+    "Total balance of an account's subtree",
+    &[&UUID_UPPER],
+    &[("uuid", Shape::Str), ("total_balance", Shape::Num)],
+    &[NO_TREE, NOT_FOUND_BY_ROLE],
+);
+
+pub static TOTAL_DUE: Endpoint = Endpoint::read(
+    "/compute_total_due",
+    Ep::TotalDue,
+    "Failed to compute amount due",
+    "Total amount due of an account's subtree",
+    &[&UUID_UPPER],
+    &[("uuid", Shape::Str), ("total_due", Shape::Num)],
+    &[NO_TREE, NOT_FOUND_BY_ROLE],
+);
+
+static DAYS: Param = Param::new(
+    "days",
+    P::Millionths { max_millionths: LOOKAHEAD_MAX_MICRO, positive: false },
+    Msgs::required("Days parameter is required", "Days must be a non-negative number"),
+    "Days, 0..1000000.",
+);
+
+pub static DUE_WITHIN_DAYS: Endpoint = Endpoint::read(
+    "/compute_total_due_within_days",
+    Ep::DueWithinDays,
+    "Failed to compute total due",
+    "Amount due within a number of days",
+    &[&UUID_UPPER, &DAYS],
+    &[("uuid", Shape::Str), ("total_due", Shape::Num), ("within_days", Shape::Num)],
+    &[NO_TREE, row!(404, "account not found", "`Account not found`")],
+);
+
+pub static SPENDING: Endpoint = Endpoint::read(
+    "/spending",
+    Ep::Spending,
+    "Failed to compute spending",
+    "Spending over a day range",
+    &RANGE,
+    &[RANGE_FIELDS[0], RANGE_FIELDS[1], RANGE_FIELDS[2], ("total_spending", Shape::Num)],
+    &[
+        row!(400, "`to` day before `from` day", "`End date cannot be earlier than start date`"),
+        NO_TREE,
+        by_role("account not found", "`Account not found`"),
+    ],
+);
+
+/// The range endpoints other than /spending read an invalid bound as absent (SPEC 8.8-8.10).
+static LENIENT_FROM: Param = Param::new(
+    "from",
+    P::Date,
+    Msgs::invalid(""),
+    "First day (SPEC 8.1); default today minus 365000 days. An invalid date counts as absent.",
+);
+static LENIENT_TO: Param = Param::new(
+    "to",
+    P::Date,
+    Msgs::invalid(""),
+    "Last day, inclusive; default today. An invalid date counts as absent.",
+);
+static LENIENT_RANGE: [&Param; 3] = [&UUID_UPPER, &LENIENT_FROM, &LENIENT_TO];
+
+pub static TOTAL_INCOME: Endpoint = Endpoint::read(
+    "/total_income",
+    Ep::TotalIncome,
+    "Failed to compute total income",
+    "Income over a day range",
+    &LENIENT_RANGE,
+    &[RANGE_FIELDS[0], RANGE_FIELDS[1], RANGE_FIELDS[2], ("total_income", Shape::Num)],
+    &[RANGE_ORDER, NO_TREE, by_role("account not found", "`Account not found`")],
+);
+
+pub static ALLOCATED_AMOUNT: Endpoint = Endpoint::read(
+    "/allocated_amount",
+    Ep::AllocatedAmount,
+    "Failed to compute allocated amount",
+    "Allocated amount over a day range",
+    &LENIENT_RANGE,
+    &[RANGE_FIELDS[0], RANGE_FIELDS[1], RANGE_FIELDS[2], ("allocated_amount", Shape::Num)],
+    &[RANGE_ORDER, NO_TREE, row!(404, "account not found", "`Account not found`")],
+);
+
+pub static INCOME_UTILIZATION: Endpoint = Endpoint::read(
+    "/income_utilization",
+    Ep::IncomeUtilization,
+    "Failed to compute utilization",
+    "Income utilization over a day range",
+    &LENIENT_RANGE,
+    &[RANGE_FIELDS[0], RANGE_FIELDS[1], RANGE_FIELDS[2], ("utilization", Shape::Num)],
+    &[RANGE_ORDER, NO_TREE, row!(404, "account not found", "`Account not found`")],
+);
+
+static AMT_TYPE: Param = Param::text(
+    "amt_type",
+    None,
+    Some(AMT_TYPE_MAX_CHARS),
+    "amount_due (default) or anything else for balances.",
+);
+
+pub static WALKING_AMOUNT: Endpoint = Endpoint::read(
+    "/walking_amount",
+    Ep::WalkingAmount,
+    "Failed to walking amount",
+    "Walking amount over a day range",
+    &[&UUID_UPPER, &AMT_TYPE, &LENIENT_FROM, &LENIENT_TO],
+    &[
+        ("uuid", Shape::Str),
+        ("amt_type", Shape::Str),
+        ("from", Shape::Str),
+        ("to", Shape::Str),
+        ("walking_amount", Shape::Num),
+    ],
+    &[RANGE_ORDER, NO_TREE, row!(403, "account not found", "`Account not found`")],
+);
+
+static TREE_UUID: Param = Param::text(
+    "uuid",
+    None,
+    None,
+    "Account; default the main account (an empty string is a 400 `UUID is required`).",
+);
+static N: Param = Param::new(
+    "n",
+    P::Millionths { max_millionths: LOOKAHEAD_MAX_MICRO, positive: true },
+    Msgs::invalid("`n` must be a positive number"),
+    "Lookahead days, > 0; default 30.",
+);
+static START_DATE: Param =
+    Param::new("start_date", P::Date, Msgs::invalid("Invalid date format"), "Range start.");
+static END_DATE: Param = Param::new("end_date", P::Date, Msgs::invalid("Invalid date format"), "Range end.");
+static TS_DATA: Param = Param::new(
+    "ts_data",
+    P::Bool,
+    Msgs::invalid("ts_data must be a boolean"),
+    "Include a daily time series; default false.",
+);
+static WITH_LOGS: Param = Param::new(
+    "transactions",
+    P::Bool,
+    Msgs::invalid("transactions must be a boolean"),
+    "Include every node's log; default true. Not in SPEC: false leaves the `transactions` key out of every node.",
+);
+
+pub static MINIMAL_TREE: Endpoint = Endpoint::read(
+    "/get_minimal_tree",
+    Ep::MinimalTree,
+    "Failed to get minimal tree",
+    "Nested summary of an account and its descendants",
+    &[&TREE_UUID, &N, &START_DATE, &END_DATE, &TS_DATA, &WITH_LOGS],
+    &[("uuid", Shape::Str), ("minimal_tree", Shape::Object { schema: "TreeNode" })],
+    &[
+        row!(400, "`uuid` present as an empty string", "`UUID is required`"),
+        row!(400, "end day before start day", "`End date cannot be earlier than start date`"),
+        row!(
+            400,
+            "`ts_data` true and the range spans more than 3660 days",
+            "`Date range too large for time series`"
+        ),
+        NO_TREE,
+        row!(403, "account not found", "`Account not found`"),
+    ],
+);
 
 /// A `[from_day, to_day]` range from two date parameters (10.14). `strict`: invalid dates are a
 /// 400; otherwise they count as missing.
-fn day_range(p: &Params, from: &str, to: &str, today: i64, strict: bool) -> Result<(i64, i64), ApiError> {
-    let bound = |name: &str, default: i64| -> Result<i64, ApiError> {
-        match p.str(name)? {
+fn day_range(p: &Params, from: &Param, to: &Param, today: i64, strict: bool) -> Result<(i64, i64), ApiError> {
+    let bound = |decl: &Param, default: i64| -> Result<i64, ApiError> {
+        match p.text(decl.name)? {
             None => Ok(default),
             Some(s) => match parse_date(&s) {
                 Some(t) => Ok(day_of(t)),
-                None if strict => Err(ApiError::bad("Invalid date format")),
+                None if strict => Err(ApiError::bad(decl.msgs.invalid)),
                 None => Ok(default),
             },
         }
@@ -43,7 +273,7 @@ fn day_range(p: &Params, from: &str, to: &str, today: i64, strict: bool) -> Resu
 }
 
 pub async fn get_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "uuid is required")?;
+    let uuid = rq.params.req_text_of(&UUID_LOWER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     Ok(Obj::new().str("uuid", &uuid).money("balance", a.balance.into()))
@@ -90,12 +320,11 @@ fn cursor_parse(text: &str) -> Result<(u64, u32), ApiError> {
     Ok((seq, tag))
 }
 
-pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "uuid is required")?;
+pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Handled, ApiError> {
+    let uuid = rq.params.req_text_of(&UUID_LOWER)?;
     // Without `limit` the answer is the whole log, exactly as SPEC 8.3 (a lone cursor is ignored
     // like any unknown parameter).
-    let limit = number(&rq.params, "limit", None, BAD_LIMIT)?.map(|d| integral(&d, 1, PAGE_MAX, BAD_LIMIT));
-    let Some(limit) = limit.transpose()? else {
+    let Some(limit) = rq.params.num_of(&LIMIT)? else {
         let st = snapshot(app, rq).await?;
         let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
         let (acc, count) = (a.uuid, a.log_len);
@@ -104,10 +333,9 @@ pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
             .str("uuid", &uuid)
             .int("transaction_count", count.into())
             .raw("transactions", &plan.marker(acc));
-        rq.set_logs(plan);
-        return Ok(obj);
+        return Ok(Handled::Logs(obj, plan));
     };
-    let cursor = rq.params.str("cursor")?.map(|c| cursor_parse(&c)).transpose()?;
+    let cursor = rq.params.text_of(&CURSOR)?.map(|c| cursor_parse(&c)).transpose()?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     let start = match cursor {
@@ -125,48 +353,28 @@ pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         .str("uuid", &uuid)
         .int("transaction_count", recs.len() as i128)
         .raw("transactions", &array(recs.iter().map(record_json)))
-        .opt_str("next_cursor", next.as_deref()))
+        .opt_str("next_cursor", next.as_deref())
+        .into())
 }
 
 pub async fn total_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "UUID is required")?;
+    let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     Ok(Obj::new().str("uuid", &uuid).money("total_balance", a.sub_balance))
 }
 
 pub async fn total_due(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "UUID is required")?;
+    let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     Ok(Obj::new().str("uuid", &uuid).money("total_due", a.sub_due))
 }
 
-/// A lookahead window in millionths of a day.
-fn lookahead(
-    p: &Params,
-    name: &str,
-    required: Option<&str>,
-    bad: &str,
-    allow_zero: bool,
-) -> Result<Option<i128>, ApiError> {
-    let Some(d) = number(p, name, required, bad)? else {
-        return Ok(None);
-    };
-    // Zero, where refused, is refused as sent: like every range check (SPEC 3.6a) it looks at
-    // the exact value, so 0.0000004 passes "> 0" and is then kept rounded, as 0.
-    if !allow_zero && d.is_zero() {
-        return Err(ApiError::bad(bad));
-    }
-    Ok(Some(i128::from(millionths(&d, LOOKAHEAD_MAX_MICRO, bad)?)))
-}
-
 pub async fn due_within_days(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
-    let bad = "Days must be a non-negative number";
-    let days = lookahead(p, "days", Some("Days parameter is required"), bad, true)?
-        .ok_or_else(|| ApiError::bad("Days parameter is required"))?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
+    let days = i128::from(p.req_num_of(&DAYS)?);
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || ApiError::new(404, "Account not found"))?;
     let due = st.tree.due_within(a.uuid, rq.now(), days);
@@ -183,8 +391,11 @@ pub enum RangeQ {
 
 pub async fn range_query(app: &App, rq: &Rq, q: RangeQ) -> Result<Obj, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
-    let (from, to) = day_range(p, "from", "to", day_of(rq.now()), q == RangeQ::Spending)?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
+    let (from, to) = match q {
+        RangeQ::Spending => day_range(p, &FROM, &TO, day_of(rq.now()), true)?,
+        _ => day_range(p, &LENIENT_FROM, &LENIENT_TO, day_of(rq.now()), false)?,
+    };
     let st = snapshot(app, rq).await?;
     let a = match q {
         RangeQ::Spending | RangeQ::Income => {
@@ -206,10 +417,10 @@ pub async fn range_query(app: &App, rq: &Rq, q: RangeQ) -> Result<Obj, ApiError>
 
 pub async fn walking_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
-    let amt_type = p.str("amt_type")?.unwrap_or_else(|| "amount_due".into());
-    check_len("amt_type", Some(&amt_type), 64)?;
-    let (from, to) = day_range(p, "from", "to", day_of(rq.now()), false)?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
+    let amt_type = p.text_of(&AMT_TYPE)?.map_or_else(|| "amount_due".into(), |t| t.into_owned());
+    p.check_lengths(&[&AMT_TYPE])?;
+    let (from, to) = day_range(p, &LENIENT_FROM, &LENIENT_TO, day_of(rq.now()), false)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || ApiError::new(403, "Account not found"))?;
     let w = st.tree.walking(a.uuid, amt_type == "amount_due", from, to);
@@ -222,9 +433,9 @@ pub async fn walking_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 /// A boolean parameter (SPEC 3.4's booleans), `default` when absent.
-fn flag(p: &Params, name: &str, default: bool) -> Result<bool, ApiError> {
-    let bad = || ApiError::bad(format!("{name} must be a boolean"));
-    match p.get(name) {
+fn flag(p: &Params, decl: &Param, default: bool) -> Result<bool, ApiError> {
+    let bad = || ApiError::bad(decl.msgs.invalid);
+    match p.get(decl.name) {
         PVal::Missing | PVal::Empty => Ok(default),
         PVal::Bool(b) => Ok(b),
         PVal::Str(s) => match s.as_ref() {
@@ -348,18 +559,18 @@ impl TreeQuery<'_> {
     }
 }
 
-pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Handled, ApiError> {
     let p = &rq.params;
-    let uuid = match p.get("uuid") {
+    let uuid = match p.get(TREE_UUID.name) {
         PVal::Empty => return Err(ApiError::bad("UUID is required")),
-        _ => p.str("uuid")?,
+        _ => p.text_of(&TREE_UUID)?.map(|u| u.into_owned()),
     };
-    let n_micro = lookahead(p, "n", None, "`n` must be a positive number", false)?.unwrap_or(30_000_000);
-    let (from, to) = day_range(p, "start_date", "end_date", day_of(rq.now()), true)?;
-    let series = flag(p, "ts_data", false)?;
+    let n_micro = p.num_of(&N)?.map_or(30_000_000, i128::from);
+    let (from, to) = day_range(p, &START_DATE, &END_DATE, day_of(rq.now()), true)?;
+    let series = flag(p, &TS_DATA, false)?;
     // Not in SPEC: `transactions=false` leaves every node's log out (the key is absent), for a
     // client that wants the tree and its figures without the whole history (the web page).
-    let with_logs = flag(p, "transactions", true)?;
+    let with_logs = flag(p, &WITH_LOGS, true)?;
     if series && to - from + 1 > SERIES_MAX_DAYS {
         return Err(ApiError::bad("Date range too large for time series"));
     }
@@ -379,6 +590,6 @@ pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         prev: (from - len, from - 1),
     };
     let node = q.node(id, series)?;
-    rq.set_logs(plan.into_inner());
-    Ok(Obj::new().str("uuid", &uuid.unwrap_or_else(|| fmt_uuid(id))).raw("minimal_tree", &node))
+    let obj = Obj::new().str("uuid", &uuid.unwrap_or_else(|| fmt_uuid(id))).raw("minimal_tree", &node);
+    Ok(Handled::Logs(obj, plan.into_inner()))
 }

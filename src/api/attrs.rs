@@ -1,23 +1,250 @@
 //! Attribute endpoints (SPEC 9): status, priority, due date, fixed amount, account type,
 //! frequency and periods.
 
-use super::tree::{normalise_status, FREQ_MAX_DAYS, PRIORITY_MAX_MICRO};
-use super::{engine_err, find, integral, mutate, number, snapshot, Rq};
+use super::decl::{row, Endpoint, Kind as P, Msgs, Param, Row, Shape};
+use super::endpoints::{Ep, NO_TREE, UUID_UPPER};
+use super::json::Obj;
+use super::params::PVal;
+use super::tree::{normalise_status, FREQ_MAX_DAYS, LABEL_MAX_CHARS, PRIORITY_MAX_MICRO};
+use super::{engine_err, find, mutate, snapshot, Answer, ApiError, Rq};
 use crate::app::App;
 use crate::domain::dates::{fmt_due, parse_date};
 use crate::domain::engine::Ctx;
 use crate::domain::frac::Frac;
 use crate::domain::num::fmt_scaled;
 use crate::domain::tree::{Account, AccountId, Grand, Kind, Text};
-use crate::http::json::Obj;
-use crate::http::params::{check_len, invalid, money_cents, PVal};
-use crate::http::response::ApiError;
 
 const CHILD_ONLY: &str = "This operation is only allowed on child or grandchild accounts";
 const ENDPOINT_GRAND_ONLY: &str = "This endpoint is only applicable to grandchild accounts";
 const METHOD_GRAND_ONLY: &str = "This method is only applicable to grandchild accounts";
 /// Largest `periods` (D31).
 const PERIODS_MAX: i64 = 1_000_000;
+
+const NOT_FOUND: Row = row!(403, "account not found", "`Account not found`");
+const MAIN: Row = row!(
+    403,
+    "account is the main account",
+    "`This operation is only allowed on child or grandchild accounts`"
+);
+const NOT_GRAND: Row =
+    row!(403, "not grandchild-kind", "`This endpoint is only applicable to grandchild accounts`");
+const NOT_GRAND_METHOD: Row =
+    row!(403, "not grandchild-kind", "`This method is only applicable to grandchild accounts`");
+const DUE_NOT_GRAND: Row =
+    row!(403, "not grandchild-kind", "`Due date only applicable to grandchild accounts`");
+
+static STATUS: Param = Param::text(
+    "status",
+    Some("Status is required"),
+    Some(LABEL_MAX_CHARS),
+    "active, inactive, closed or another label.",
+);
+
+pub static CHANGE_STATUS: Endpoint = Endpoint::write(
+    "/change_account_status",
+    Ep::ChangeStatus,
+    "Failed to change account status",
+    "Change a child account's status",
+    &[&UUID_UPPER, &STATUS],
+    &[("uuid", Shape::Str), ("new_status", Shape::Str), ("message", Shape::Str)],
+    &[
+        NO_TREE,
+        row!(404, "account not found", "`Account not found`"),
+        MAIN,
+        row!(
+            400,
+            "current status is `closed` and requested status is `closed`",
+            "`This account is already closed`"
+        ),
+        row!(
+            400,
+            "requested `closed` and the account's own balance > 0",
+            "`Withdraw from this account or move the balance before closure.`"
+        ),
+    ],
+);
+
+pub static GET_STATUS: Endpoint = Endpoint::read(
+    "/get_account_status",
+    Ep::GetStatus,
+    "Failed to get account status",
+    "A child account's status",
+    &[&UUID_UPPER],
+    &[("uuid", Shape::Str), ("account_status", Shape::Str)],
+    &[NO_TREE, NOT_FOUND, MAIN],
+);
+
+static PRIORITY: Param = Param::new(
+    "priority",
+    P::Millionths { max_millionths: PRIORITY_MAX_MICRO, positive: false },
+    Msgs::required("Priority is required", "Priority must be numeric")
+        .out_of_range("Priority must be positive")
+        .too_large("Priority is too large"),
+    "0..1e9.",
+);
+
+pub static SET_PRIORITY: Endpoint = Endpoint::write(
+    "/set_priority",
+    Ep::SetPriority,
+    "Failed to set priority",
+    "Set a child account's priority",
+    &[&UUID_UPPER, &PRIORITY],
+    &[("message", Shape::Str), ("uuid", Shape::Str), ("priority", Shape::Num)],
+    &[NO_TREE, NOT_FOUND, MAIN],
+);
+
+pub static GET_PRIORITY: Endpoint = Endpoint::read(
+    "/get_priority",
+    Ep::GetPriority,
+    "Failed to get priority",
+    "A child account's priority",
+    &[&UUID_UPPER],
+    &[("uuid", Shape::Str), ("priority", Shape::Num)],
+    &[
+        NO_TREE,
+        NOT_FOUND,
+        row!(403, "main account", "`Priority only available for child or grandchild accounts`"),
+    ],
+);
+
+static DUE_DATE: Param = Param::new(
+    "due_date",
+    P::Date,
+    Msgs::invalid("Invalid due date format"),
+    "Missing or null clears it; an empty string is a 400.",
+);
+
+pub static SET_DUE_DATE: Endpoint = Endpoint::write(
+    "/set_due_date",
+    Ep::SetDueDate,
+    "Failed to set due date",
+    "Set or clear a grandchild account's due date",
+    &[&UUID_UPPER, &DUE_DATE],
+    &[("message", Shape::Str), ("uuid", Shape::Str), ("due_date", Shape::NullableStr)],
+    &[NO_TREE, NOT_FOUND, DUE_NOT_GRAND],
+);
+
+pub static GET_DUE_DATE: Endpoint = Endpoint::read(
+    "/get_due_date",
+    Ep::GetDueDate,
+    "Failed to get due date",
+    "A grandchild account's due date",
+    &[&UUID_UPPER],
+    &[("uuid", Shape::Str), ("due_date", Shape::NullableStr)],
+    &[NO_TREE, NOT_FOUND, DUE_NOT_GRAND],
+);
+
+static FIXED_AMOUNT: Param = Param::new(
+    "fixed_amount",
+    P::Money { positive: false },
+    Msgs::required("Fixed amount is required", "Fixed amount must be a non-negative number"),
+    ">= 0.",
+);
+
+pub static SET_FIXED_AMOUNT: Endpoint = Endpoint::write(
+    "/set_fixed_amount",
+    Ep::SetFixedAmount,
+    "Failed to set fixed amount",
+    "Set a grandchild account's fixed amount",
+    &[&UUID_UPPER, &FIXED_AMOUNT],
+    &[("uuid", Shape::Str), ("fixed_amount", Shape::Num), ("amount_due", Shape::Num)],
+    &[
+        NO_TREE,
+        NOT_FOUND,
+        row!(403, "not grandchild-kind", "`Fixed amount only applicable to grandchild accounts`"),
+    ],
+);
+
+pub static GET_FIXED_AMOUNT: Endpoint = Endpoint::read(
+    "/get_fixed_amount",
+    Ep::GetFixedAmount,
+    "Failed to get fixed amount",
+    "A grandchild account's fixed amount",
+    &[&UUID_UPPER],
+    &[("uuid", Shape::Str), ("fixed_amount", Shape::Num)],
+    &[NO_TREE, NOT_FOUND, NOT_GRAND],
+);
+
+static ACCOUNT_TYPE: Param = Param::text(
+    "account_type",
+    Some("Account type is required"),
+    Some(LABEL_MAX_CHARS),
+    "Free label (Bill rolls over).",
+);
+
+pub static SET_ACCOUNT_TYPE: Endpoint = Endpoint::write(
+    "/set_account_type",
+    Ep::SetAccountType,
+    "Failed to set account type",
+    "Set a grandchild account's type label",
+    &[&UUID_UPPER, &ACCOUNT_TYPE],
+    &[("message", Shape::Str), ("uuid", Shape::Str), ("account_type", Shape::Str)],
+    &[NO_TREE, NOT_FOUND, NOT_GRAND],
+);
+
+pub static GET_ACCOUNT_TYPE: Endpoint = Endpoint::read(
+    "/get_account_type",
+    Ep::GetAccountType,
+    "Failed to get account type",
+    "A grandchild account's type label",
+    &[&UUID_UPPER],
+    &[("uuid", Shape::Str), ("account_type", Shape::Str)],
+    &[NO_TREE, NOT_FOUND, NOT_GRAND_METHOD],
+);
+
+static ACCOUNT_FREQ: Param = Param::new(
+    "account_freq",
+    P::Int { min: 1, max: FREQ_MAX_DAYS },
+    Msgs::required("account_freq is required", "account_freq must be a positive number"),
+    "Days.",
+);
+
+pub static SET_FREQ: Endpoint = Endpoint::write(
+    "/set_account_freq",
+    Ep::SetFreq,
+    "Failed to set frequency",
+    "Set a grandchild account's period length in days",
+    &[&UUID_UPPER, &ACCOUNT_FREQ],
+    &[("message", Shape::Str), ("uuid", Shape::Str), ("freq", Shape::Int)],
+    &[NO_TREE, NOT_FOUND, NOT_GRAND],
+);
+
+pub static GET_FREQ: Endpoint = Endpoint::read(
+    "/get_account_freq",
+    Ep::GetFreq,
+    "Failed to get frequency",
+    "A grandchild account's period length",
+    &[&UUID_UPPER],
+    &[("uuid", Shape::Str), ("freq", Shape::NullableInt)],
+    &[NO_TREE, NOT_FOUND, NOT_GRAND],
+);
+
+static PERIODS: Param = Param::new(
+    "periods",
+    P::Int { min: 1, max: PERIODS_MAX },
+    Msgs::required("Periods is required", "Periods must be a positive integer"),
+    "Number of periods.",
+);
+
+pub static SET_PERIODS: Endpoint = Endpoint::write(
+    "/set_account_periods",
+    Ep::SetPeriods,
+    "Failed to set account periods",
+    "Set a grandchild account's number of periods",
+    &[&UUID_UPPER, &PERIODS],
+    &[("uuid", Shape::Str), ("periods", Shape::Int), ("message", Shape::Str)],
+    &[NO_TREE, NOT_FOUND, NOT_GRAND],
+);
+
+pub static GET_PERIODS: Endpoint = Endpoint::read(
+    "/get_account_periods",
+    Ep::GetPeriods,
+    "Failed to get account periods",
+    "A grandchild account's number of periods",
+    &[&UUID_UPPER],
+    &[("uuid", Shape::Str), ("periods", Shape::Num)],
+    &[NO_TREE, NOT_FOUND, NOT_GRAND_METHOD],
+);
 
 fn not_found() -> ApiError {
     ApiError::new(403, "Account not found")
@@ -50,11 +277,11 @@ fn grand_mut<'a>(ctx: &'a mut Ctx, id: AccountId) -> Result<&'a mut Grand, ApiEr
         .ok_or_else(|| ApiError::Internal("grandchild without fields".into()))
 }
 
-pub async fn change_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn change_status(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
-    let status = p.req_str("status", "Status is required")?;
-    check_len("status", Some(&status), 64)?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
+    let status = p.req_text_of(&STATUS)?;
+    p.check_lengths(&[&STATUS])?;
     let status = normalise_status(&status);
     mutate(app, rq, |ctx, _| {
         let a = find(ctx.tree, &uuid, || ApiError::new(404, "Account not found"))?;
@@ -82,7 +309,7 @@ pub async fn change_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 pub async fn get_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "UUID is required")?;
+    let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, not_found)?;
     if !a.is_child_kind() {
@@ -91,21 +318,10 @@ pub async fn get_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     Ok(Obj::new().str("uuid", &uuid).str("account_status", &a.status))
 }
 
-pub async fn set_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn set_priority(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
-    let d = number(p, "priority", Some("Priority is required"), "Priority must be numeric")?
-        .ok_or_else(|| ApiError::bad("Priority is required"))?;
-    if d.is_negative() {
-        return Err(ApiError::bad("Priority must be positive"));
-    }
-    if d.abs_gt(PRIORITY_MAX_MICRO, 6) {
-        return Err(ApiError::bad("Priority is too large"));
-    }
-    let prio = d
-        .rounded_abs(6)
-        .and_then(|v| i64::try_from(v).ok())
-        .ok_or_else(|| ApiError::bad("Priority is too large"))?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
+    let prio = p.req_num_of(&PRIORITY)?;
     mutate(app, rq, |ctx, _| {
         let a = find(ctx.tree, &uuid, not_found)?;
         if !a.is_child_kind() {
@@ -123,7 +339,7 @@ pub async fn set_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 pub async fn get_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "UUID is required")?;
+    let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, not_found)?;
     if !a.is_child_kind() {
@@ -132,15 +348,15 @@ pub async fn get_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     Ok(Obj::new().str("uuid", &uuid).num("priority", &fmt_scaled(a.priority.into(), 6)))
 }
 
-pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
     let bad = || ApiError::bad("Invalid due date format");
     let due = match p.get("due_date") {
         PVal::Missing => None,
         // Two or more elements, or a non-empty object: the shape error of SPEC 3.3, as for
         // every other parameter; a boolean is the text "true"/"false", no date.
-        PVal::Invalid => return Err(invalid("due_date")),
+        PVal::Invalid => return Err(super::params::invalid(DUE_DATE.name)),
         PVal::Empty | PVal::Bool(_) => return Err(bad()),
         PVal::Str(s) | PVal::Num(s) => Some(parse_date(&s).ok_or_else(bad)?),
     };
@@ -163,7 +379,7 @@ async fn get_grand_attr(
     kind_error: &str,
     field: impl FnOnce(Obj, &Grand) -> Obj,
 ) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "UUID is required")?;
+    let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, not_found)?;
     let g = grand(a, kind_error)?;
@@ -177,16 +393,10 @@ pub async fn get_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     .await
 }
 
-pub async fn set_fixed_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn set_fixed_amount(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
-    let bad = "Fixed amount must be a non-negative number";
-    let d = number(p, "fixed_amount", Some("Fixed amount is required"), bad)?
-        .ok_or_else(|| ApiError::bad("Fixed amount is required"))?;
-    if d.is_negative() {
-        return Err(ApiError::bad(bad));
-    }
-    let fixed = money_cents("fixed_amount", &d)?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
+    let fixed = p.req_num_of(&FIXED_AMOUNT)?;
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, "Fixed amount only applicable to grandchild accounts")?;
         grand_mut(ctx, id)?.fixed_amount = fixed;
@@ -200,11 +410,11 @@ pub async fn get_fixed_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| o.money("fixed_amount", g.fixed_amount.into())).await
 }
 
-pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
-    let t = p.req_str("account_type", "Account type is required")?;
-    check_len("account_type", Some(&t), 64)?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
+    let t = p.req_text_of(&ACCOUNT_TYPE)?;
+    p.check_lengths(&[&ACCOUNT_TYPE])?;
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
         grand_mut(ctx, id)?.account_type = Text::from(t.as_str());
@@ -220,13 +430,10 @@ pub async fn get_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| o.str("account_type", &g.account_type)).await
 }
 
-pub async fn set_freq(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn set_freq(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
-    let bad = "account_freq must be a positive number";
-    let d = number(p, "account_freq", Some("account_freq is required"), bad)?
-        .ok_or_else(|| ApiError::bad("account_freq is required"))?;
-    let freq = integral(&d, 1, FREQ_MAX_DAYS, bad)?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
+    let freq = p.req_num_of(&ACCOUNT_FREQ)?;
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
         grand_mut(ctx, id)?.freq = Some(freq as u32);
@@ -247,13 +454,10 @@ pub async fn get_freq(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     .await
 }
 
-pub async fn set_periods(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn set_periods(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "UUID is required")?;
-    let bad = "Periods must be a positive integer";
-    let d = number(p, "periods", Some("Periods is required"), bad)?
-        .ok_or_else(|| ApiError::bad("Periods is required"))?;
-    let n = integral(&d, 1, PERIODS_MAX, bad)?;
+    let uuid = p.req_text_of(&UUID_UPPER)?;
+    let n = p.req_num_of(&PERIODS)?;
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
         let g = grand_mut(ctx, id)?;

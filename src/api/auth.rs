@@ -2,46 +2,177 @@
 
 use serde_json::{Map, Value};
 
-use super::{number, Rq};
+use super::decl::{row, Access, Endpoint, Kind as P, Msgs, Param, Shape, Verb};
+use super::endpoints::Ep;
+use super::json::Obj;
+use super::params::PVal;
+use super::{ApiError, Rq};
 use crate::app::App;
 use crate::auth::limits::Failure;
 use crate::domain::dates::{fmt_millis, parse_date};
 use crate::domain::num::Dec;
 use crate::domain::tree::{Text, Tree};
-use crate::http::json::Obj;
-use crate::http::params::{check_len, money_cents, PVal};
-use crate::http::response::ApiError;
 use crate::store::UserRecord;
 
+/// Longest user id (SPEC 5.2's pattern), everywhere a user id is read.
+pub const USER_ID_MAX_CHARS: usize = 128;
+/// Password length bounds (SPEC 5.2): long enough to resist guessing, short enough that
+/// hashing it costs a bounded time.
+const PASSWORD_MIN_CHARS: usize = 8;
+const PASSWORD_MAX_CHARS: usize = 128;
+/// Longest text claim copied into a minted token: claims travel in every request's header.
+const CLAIM_MAX_CHARS: usize = 256;
+
+static REG_USER_ID: Param = Param::new(
+    "user_id",
+    P::Text { max_chars: Some(USER_ID_MAX_CHARS) },
+    Msgs::required("user_id is required", "Account creation Failed: Invalid user ID format"),
+    "^[A-Za-z0-9_-]{1,128}$; in token mode equal to the token's user_id.",
+);
+static REG_PASSWORD: Param = Param::new(
+    "password",
+    P::Text { max_chars: Some(PASSWORD_MAX_CHARS) },
+    Msgs::invalid("password must be between 8 and 128 characters"),
+    "8 to 128 characters; required without a token.",
+);
+static INITIAL_BALANCE: Param = Param::new(
+    "initial_balance",
+    P::Money { positive: false },
+    Msgs::invalid("initial_balance must be a non-negative number"),
+    "Opening balance of Main, >= 0; default 0.",
+);
+
+pub static REGISTER: Endpoint = Endpoint {
+    verb: Verb::Post,
+    path: "/register",
+    ep: Ep::Register,
+    prefix: "Account creation Failed",
+    summary: "Create a user and its tree (password mode without a token, token mode with one)",
+    access: Access::Optional,
+    writes: false,
+    params: &[&REG_USER_ID, &REG_PASSWORD, &INITIAL_BALANCE],
+    fields: &[("user_id", Shape::Str), ("uuid", Shape::Str)],
+    errors: &[
+        row!(
+            401,
+            "password mode and `password` absent (checked first)",
+            "`Missing or invalid token` (filter-shaped body: only `success`, `status`, `error`)"
+        ),
+        row!(
+            403,
+            "token mode and `user_id` differs from the token's `user_id`",
+            "`user_id does not match token`"
+        ),
+        row!(
+            409,
+            "a user record or tree already exists for `user_id`",
+            "`Account creation Failed: User already exists`"
+        ),
+    ],
+};
+
+static LOGIN_USER_ID: Param =
+    Param::text("user_id", Some("user_id is required"), Some(USER_ID_MAX_CHARS), "User id.");
+static LOGIN_PASSWORD: Param =
+    Param::text("password", Some("password is required"), Some(PASSWORD_MAX_CHARS), "Password.");
+
+pub static LOGIN: Endpoint = Endpoint {
+    verb: Verb::Post,
+    path: "/login",
+    ep: Ep::Login,
+    prefix: "Login failed",
+    summary: "Exchange user_id and password for a bearer token",
+    access: Access::Public,
+    writes: false,
+    params: &[&LOGIN_USER_ID, &LOGIN_PASSWORD],
+    fields: &[
+        ("user_id", Shape::Str),
+        ("role", Shape::Str),
+        ("token", Shape::Str),
+        ("token_type", Shape::Str),
+        ("expires_in", Shape::Int),
+    ],
+    errors: &[
+        row!(
+            429,
+            "login backoff wait running for this `user_id` (SPEC 4.6); Retry-After says when to retry",
+            "`Too many failed attempts. Wait <X> seconds.`"
+        ),
+        row!(401, "unknown user, user without password, or wrong password", "`Invalid user_id or password`"),
+    ],
+};
+
+static TOKEN_USER_ID: Param =
+    Param::text("user_id", Some("user_id is required"), Some(USER_ID_MAX_CHARS), "user_id claim.");
+static ROLE: Param = Param::text("role", Some("role is required"), Some(CLAIM_MAX_CHARS), "role claim.");
+static TYPE: Param =
+    Param::text("type", None, Some(CLAIM_MAX_CHARS), "session, or anything else for an expiry token.");
+static SESSION_ID: Param = Param::text(
+    "session_id",
+    None,
+    Some(CLAIM_MAX_CHARS),
+    "Required for session tokens (`session_id is required for session tokens`).",
+);
+const BAD_DATE: &str = "Invalid NumericDate format";
+static EXP: Param = Param::new(
+    "exp",
+    P::NumericDate,
+    Msgs::invalid(BAD_DATE),
+    "Required for expiry tokens (`exp is required for expiry tokens`).",
+);
+static NBF: Param = Param::new("nbf", P::NumericDate, Msgs::invalid(BAD_DATE), "Not-before.");
+static IAT: Param = Param::new("iat", P::NumericDate, Msgs::invalid(BAD_DATE), "Issued-at; default now.");
+static ISS: Param = Param::text("iss", None, Some(CLAIM_MAX_CHARS), "Copied into the token.");
+static SUB: Param = Param::text("sub", None, Some(CLAIM_MAX_CHARS), "Copied into the token.");
+static AUD: Param = Param::text("aud", None, Some(CLAIM_MAX_CHARS), "Copied into the token.");
+static JTI: Param = Param::text("jti", None, Some(CLAIM_MAX_CHARS), "Copied into the token.");
+
+pub static GENERATE_TOKEN: Endpoint = Endpoint {
+    verb: Verb::Post,
+    path: "/generate_access_token",
+    ep: Ep::GenerateToken,
+    prefix: "Failed to issue token",
+    summary: "Mint a token (test environments; 403 unless TOKEN_ENDPOINT_ENABLED=true)",
+    access: Access::Public,
+    writes: false,
+    params: &[&TOKEN_USER_ID, &ROLE, &TYPE, &SESSION_ID, &EXP, &NBF, &IAT, &ISS, &SUB, &AUD, &JTI],
+    fields: &[("user_id", Shape::Str), ("token", Shape::Str), ("timestamp", Shape::Str)],
+    errors: &[
+        row!(403, "endpoint disabled (checked first)", "`Token generation endpoint is disabled`"),
+        row!(
+            400,
+            "`type` is `session` and `session_id` absent",
+            "`session_id is required for session tokens`"
+        ),
+        row!(400, "`type` is not `session` and `exp` absent", "`exp is required for expiry tokens`"),
+    ],
+};
+
 fn valid_user_id(s: &str) -> bool {
-    (1..=128).contains(&s.len()) && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    (1..=USER_ID_MAX_CHARS).contains(&s.len())
+        && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
 pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
     let password_mode = !rq.has_auth;
-    let password = p.str("password")?;
+    let password = p.text_of(&REG_PASSWORD)?.map(|t| t.into_owned());
     if password_mode && password.is_none() {
         return Err(ApiError::Bare(401, "Missing or invalid token".into()));
     }
-    let user_id = p.req_str("user_id", "user_id is required")?;
+    let user_id = p.req_text_of(&REG_USER_ID)?;
     if !valid_user_id(&user_id) {
-        return Err(ApiError::bad("Account creation Failed: Invalid user ID format"));
+        return Err(ApiError::bad(REG_USER_ID.msgs.invalid));
     }
     if !password_mode && rq.user_id()? != user_id {
         return Err(ApiError::new(403, "user_id does not match token"));
     }
     if let Some(pw) = &password {
-        if !(8..=128).contains(&pw.chars().count()) {
-            return Err(ApiError::bad("password must be between 8 and 128 characters"));
+        if !(PASSWORD_MIN_CHARS..=PASSWORD_MAX_CHARS).contains(&pw.chars().count()) {
+            return Err(ApiError::bad(REG_PASSWORD.msgs.invalid));
         }
     }
-    let bad_balance = "initial_balance must be a non-negative number";
-    let initial = match number(p, "initial_balance", None, bad_balance)? {
-        None => 0,
-        Some(d) if d.is_negative() => return Err(ApiError::bad(bad_balance)),
-        Some(d) => money_cents("initial_balance", &d)?,
-    };
+    let initial = p.num_of(&INITIAL_BALANCE)?.unwrap_or(0);
     let guard = app.users.lock(&user_id).await?;
     if guard.current.is_some() {
         return Err(ApiError::new(409, "Account creation Failed: User already exists"));
@@ -73,10 +204,10 @@ pub async fn register(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 
 pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let p = &rq.params;
-    let user_id = p.req_str("user_id", "user_id is required")?;
-    check_len("user_id", Some(&user_id), 128)?;
-    let password = p.req_str("password", "password is required")?;
-    check_len("password", Some(&password), 128)?;
+    let user_id = p.req_text_of(&LOGIN_USER_ID)?;
+    p.check_lengths(&[&LOGIN_USER_ID])?;
+    let password = p.req_text_of(&LOGIN_PASSWORD)?;
+    p.check_lengths(&[&LOGIN_PASSWORD])?;
     let t = rq.now_us as f64 / 1e6;
     if let Some(Failure::Wait(msg, secs)) = app.login_backoff.pending(&user_id, t) {
         crate::metrics::auth_failed("login", "429");
@@ -117,7 +248,7 @@ pub async fn login(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 
 /// NumericDate of SPEC 5.4: seconds (> 1e6) or days, or a date of the 3.4 grammar.
 fn numeric_date(v: PVal) -> Result<Option<i64>, ApiError> {
-    let bad = || ApiError::bad("Invalid NumericDate format");
+    let bad = || ApiError::bad(BAD_DATE);
     let (text, numeric) = match v {
         PVal::Missing | PVal::Empty => return Ok(None),
         PVal::Num(s) => (s.into_owned(), true),
@@ -144,22 +275,23 @@ pub fn generate_token(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         return Err(ApiError::new(403, "Token generation endpoint is disabled"));
     }
     let p = &rq.params;
-    let user_id = p.req_str("user_id", "user_id is required")?;
-    check_len("user_id", Some(&user_id), 256)?;
-    let role = p.req_str("role", "role is required")?;
-    let kind = p.str("type")?.unwrap_or_else(|| "Expiration".into());
+    let user_id = p.req_text_of(&TOKEN_USER_ID)?;
+    p.check_lengths(&[&TOKEN_USER_ID])?;
+    let role = p.req_text_of(&ROLE)?;
+    let kind = p.text_of(&TYPE)?.map_or_else(|| "Expiration".into(), |t| t.into_owned());
     let session = kind == "session";
-    let session_id = p.str("session_id")?;
+    let session_id = p.text_of(&SESSION_ID)?.map(|t| t.into_owned());
     if session && session_id.is_none() {
         return Err(ApiError::bad("session_id is required for session tokens"));
     }
-    let exp_given = !matches!(p.get("exp"), PVal::Missing | PVal::Empty);
+    let exp_given = !matches!(p.get(EXP.name), PVal::Missing | PVal::Empty);
     if !session && !exp_given {
         return Err(ApiError::bad("exp is required for expiry tokens"));
     }
-    let exp = numeric_date(p.get("exp"))?;
-    let nbf = numeric_date(p.get("nbf"))?;
-    let iat = numeric_date(p.get("iat"))?.unwrap_or(rq.now());
+    let exp = numeric_date(p.get(EXP.name))?;
+    let nbf = numeric_date(p.get(NBF.name))?;
+    let iat = numeric_date(p.get(IAT.name))?.unwrap_or(rq.now());
+    p.check_lengths(GENERATE_TOKEN.params)?;
     let mut c = Map::new();
     c.insert("user_id".into(), Value::String(user_id.clone()));
     c.insert("role".into(), Value::String(role));
@@ -170,9 +302,9 @@ pub fn generate_token(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     if let Some(n) = nbf {
         c.insert("nbf".into(), Value::from(n));
     }
-    for k in ["iss", "sub", "aud", "jti"] {
-        if let Some(v) = p.str(k)? {
-            c.insert(k.into(), Value::String(v));
+    for claim in [&ISS, &SUB, &AUD, &JTI] {
+        if let Some(v) = p.text_of(claim)? {
+            c.insert(claim.name.into(), Value::String(v.into_owned()));
         }
     }
     c.insert("token_type".into(), Value::String(if session { "session" } else { "expiry" }.into()));

@@ -18,10 +18,10 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::analytics::record_json;
+use super::json::Obj;
+use super::{ApiError, CatchUnwind};
 use crate::app::App;
 use crate::domain::tree::AccountId;
-use crate::http::json::Obj;
-use crate::http::response::{ApiError, CatchUnwind};
 use crate::store::users::UserState;
 
 /// Records read and rendered at a time.

@@ -1,12 +1,18 @@
-//! Endpoint handlers. Each has the same shape: read and check its parameters in the order of its
-//! SPEC error table, then either read a snapshot or run a mutation under the user's lock, and
-//! return its fields. The envelope, statuses of internal errors and timing are added by `http`.
+//! Endpoint handlers. Each has the same shape: read its parameters through their declarations
+//! (`decl`, `endpoints`) in the order of its SPEC error table, then either read a snapshot or
+//! run a mutation under the user's lock, and return its fields. This layer knows nothing of HTTP:
+//! `http` routes to it, renders envelopes, replays idempotent answers and sends streamed logs.
 
 mod analytics;
 mod attrs;
 mod auth;
+pub mod decl;
+pub mod endpoints;
+mod error;
+pub mod json;
 pub mod logs;
 mod money;
+pub mod params;
 mod sync;
 mod tree;
 
@@ -14,17 +20,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::app::App;
 use crate::auth::jwt::Identity;
+use crate::config::ResponseStyle;
 use crate::domain::engine::{Ctx, OpError};
-use crate::domain::num::Dec;
 use crate::domain::tree::{Account, Tree};
-use crate::http::json::Obj;
-use crate::http::params::{NumVal, Params};
-use crate::http::response::{envelope, ApiError};
-use crate::http::router::Ep;
 use crate::store::users::{UserState, WriteGuard, IDEM_TTL_US};
 use crate::store::{IdemRecord, StoreError};
+pub use endpoints::{Ep, Op, ENDPOINTS};
+pub use error::{ApiError, CatchUnwind};
+use json::Obj;
+use logs::{Chunks, LogError, LogPlan};
+use params::Params;
 
 /// One request as a handler sees it.
 pub struct Rq {
@@ -34,21 +43,68 @@ pub struct Rq {
     pub has_auth: bool,
     /// The request's `Idempotency-Key`, when it carries one and writes (docs/api.md, idempotency keys).
     pub idem: Option<IdemReq>,
-    /// Logs the answer names by marker, to be filled in by `http` (see [`logs`]).
-    pub logs: std::sync::Mutex<Option<logs::LogPlan>>,
+    /// How the caller renders a success answer: an answer kept with its write, and the frame of a
+    /// streamed one, are rendered here exactly as they will be sent.
+    pub envelope: Envelope,
+}
+
+/// Renders the envelope of a success answer (SPEC 3.5) for the endpoint with this 500 prefix and
+/// start time, ending at the time given.
+#[derive(Clone, Copy)]
+pub struct Envelope {
+    pub render: fn(&Obj, &'static str, i64, i64) -> String,
+    pub prefix: &'static str,
+    pub start_us: i64,
+}
+
+impl Envelope {
+    fn render(&self, fields: &Obj, end_us: i64) -> String {
+        (self.render)(fields, self.prefix, self.start_us, end_us)
+    }
 }
 
 /// An `Idempotency-Key` being honoured: a mutation keeps its answer in its own commit.
 pub struct IdemReq {
     pub key: String,
-    /// Hash of the request (see `http::server`).
+    /// Hash of the request (see `http::idem`).
     pub fingerprint: Vec<u8>,
-    /// The endpoint's 500 prefix, to render the envelope.
-    pub prefix: &'static str,
-    /// Set once a mutation committed the answer with its write: status and the exact body to
-    /// send (rendered once, timing included, so a replay is byte for byte the same), and whether
-    /// it is the replay of an answer kept before ([`idem_answered`]).
-    pub kept: std::sync::Mutex<Option<(u16, String, bool)>>,
+}
+
+/// What a request answers.
+pub enum Answer {
+    /// Fields for the success envelope.
+    Fields(Obj),
+    /// An answer rendered whole already: the one a keyed mutation committed with its write, or
+    /// (`replayed`) the answer kept for the same key by a request that ran first.
+    Kept { status: u16, body: String, replayed: bool },
+    /// The key was used meanwhile with another request (docs/api.md, idempotency keys).
+    KeyMismatch,
+    /// An answer written while it is sent (see [`logs`]): its first chunk and the rest.
+    Streamed { first: Bytes, rest: Chunks },
+}
+
+impl From<Obj> for Answer {
+    fn from(o: Obj) -> Answer {
+        Answer::Fields(o)
+    }
+}
+
+/// What a handler returns: fields, or fields with logs still to be filled in (see [`logs`]).
+pub enum Handled {
+    Answer(Answer),
+    Logs(Obj, LogPlan),
+}
+
+impl From<Obj> for Handled {
+    fn from(o: Obj) -> Handled {
+        Handled::Answer(Answer::Fields(o))
+    }
+}
+
+impl From<Answer> for Handled {
+    fn from(a: Answer) -> Handled {
+        Handled::Answer(a)
+    }
 }
 
 impl Rq {
@@ -61,12 +117,6 @@ impl Rq {
     fn user_id(&self) -> Result<&str, ApiError> {
         self.ident().map(|i| i.user_id.as_str())
     }
-    /// Hands the answer's logs over to be filled in (see [`logs`]).
-    fn set_logs(&self, plan: logs::LogPlan) {
-        if let Ok(mut p) = self.logs.lock() {
-            *p = Some(plan);
-        }
-    }
     /// "Account not found" for endpoints whose status depends on the role (SPEC 3.6).
     fn role_not_found(&self, msg: &str) -> ApiError {
         let admin = self.ident.as_ref().is_some_and(|i| i.role == "admin");
@@ -76,51 +126,106 @@ impl Rq {
 
 /// A handler's future, boxed on its own: a request's future then holds the size of the handler
 /// it runs, not of the largest one (moving several KB per request showed in profiles).
-pub type Handling<'a> = Pin<Box<dyn Future<Output = Result<Obj, ApiError>> + Send + 'a>>;
+type Handling<'a> = Pin<Box<dyn Future<Output = Result<Handled, ApiError>> + Send + 'a>>;
 
-pub fn call<'a>(app: &'a App, ep: Ep, rq: &'a Rq) -> Handling<'a> {
+/// A handler whose answer is plain fields.
+fn fields<'a, F>(f: F) -> Handling<'a>
+where
+    F: Future<Output = Result<Obj, ApiError>> + Send + 'a,
+{
+    Box::pin(async move { f.await.map(Handled::from) })
+}
+
+/// A handler that writes (its answer may be kept with the write).
+fn writes<'a, F>(f: F) -> Handling<'a>
+where
+    F: Future<Output = Result<Answer, ApiError>> + Send + 'a,
+{
+    Box::pin(async move { f.await.map(Handled::from) })
+}
+
+fn call<'a>(app: &'a App, ep: Ep, rq: &'a Rq) -> Handling<'a> {
     match ep {
-        Ep::Ping | Ep::Ops(_) => Box::pin(async { Ok(Obj::new()) }),
-        Ep::Register => Box::pin(auth::register(app, rq)),
-        Ep::Login => Box::pin(auth::login(app, rq)),
-        Ep::GenerateToken => Box::pin(async move { auth::generate_token(app, rq) }),
-        Ep::Deposit => Box::pin(money::deposit(app, rq)),
-        Ep::Withdraw => Box::pin(money::withdraw(app, rq)),
-        Ep::Distribute => Box::pin(money::distribute(app, rq)),
-        Ep::MoveBalance => Box::pin(money::move_balance(app, rq)),
-        Ep::AddSubAccount => Box::pin(tree::add_sub_account(app, rq)),
-        Ep::SetChildAllocation => Box::pin(tree::set_child_allocation(app, rq)),
-        Ep::Delete => Box::pin(tree::delete(app, rq)),
-        Ep::ListChildAccounts => Box::pin(tree::list_child_accounts(app, rq)),
-        Ep::ListAllAccounts => Box::pin(tree::list_all_accounts(app, rq)),
-        Ep::FindByName => Box::pin(tree::find_by_name(app, rq)),
-        Ep::FindByUuid => Box::pin(tree::find_by_uuid(app, rq)),
-        Ep::GetBalance => Box::pin(analytics::get_balance(app, rq)),
+        Ep::Ping | Ep::Ops(_) => fields(async { Ok(Obj::new()) }),
+        Ep::Register => fields(auth::register(app, rq)),
+        Ep::Login => fields(auth::login(app, rq)),
+        Ep::GenerateToken => fields(async move { auth::generate_token(app, rq) }),
+        Ep::Deposit => writes(money::deposit(app, rq)),
+        Ep::Withdraw => writes(money::withdraw(app, rq)),
+        Ep::Distribute => writes(money::distribute(app, rq)),
+        Ep::MoveBalance => writes(money::move_balance(app, rq)),
+        Ep::AddSubAccount => writes(tree::add_sub_account(app, rq)),
+        Ep::SetChildAllocation => writes(tree::set_child_allocation(app, rq)),
+        Ep::Delete => writes(tree::delete(app, rq)),
+        Ep::ListChildAccounts => fields(tree::list_child_accounts(app, rq)),
+        Ep::ListAllAccounts => fields(tree::list_all_accounts(app, rq)),
+        Ep::FindByName => fields(tree::find_by_name(app, rq)),
+        Ep::FindByUuid => fields(tree::find_by_uuid(app, rq)),
+        Ep::GetBalance => fields(analytics::get_balance(app, rq)),
         Ep::GetTransactions => Box::pin(analytics::get_transactions(app, rq)),
-        Ep::TotalBalance => Box::pin(analytics::total_balance(app, rq)),
-        Ep::TotalDue => Box::pin(analytics::total_due(app, rq)),
-        Ep::DueWithinDays => Box::pin(analytics::due_within_days(app, rq)),
-        Ep::Spending => Box::pin(analytics::range_query(app, rq, analytics::RangeQ::Spending)),
-        Ep::TotalIncome => Box::pin(analytics::range_query(app, rq, analytics::RangeQ::Income)),
-        Ep::AllocatedAmount => Box::pin(analytics::range_query(app, rq, analytics::RangeQ::Allocated)),
-        Ep::IncomeUtilization => Box::pin(analytics::range_query(app, rq, analytics::RangeQ::Utilization)),
-        Ep::WalkingAmount => Box::pin(analytics::walking_amount(app, rq)),
+        Ep::TotalBalance => fields(analytics::total_balance(app, rq)),
+        Ep::TotalDue => fields(analytics::total_due(app, rq)),
+        Ep::DueWithinDays => fields(analytics::due_within_days(app, rq)),
+        Ep::Spending => fields(analytics::range_query(app, rq, analytics::RangeQ::Spending)),
+        Ep::TotalIncome => fields(analytics::range_query(app, rq, analytics::RangeQ::Income)),
+        Ep::AllocatedAmount => fields(analytics::range_query(app, rq, analytics::RangeQ::Allocated)),
+        Ep::IncomeUtilization => fields(analytics::range_query(app, rq, analytics::RangeQ::Utilization)),
+        Ep::WalkingAmount => fields(analytics::walking_amount(app, rq)),
         Ep::MinimalTree => Box::pin(analytics::minimal_tree(app, rq)),
-        Ep::ChangeStatus => Box::pin(attrs::change_status(app, rq)),
-        Ep::GetStatus => Box::pin(attrs::get_status(app, rq)),
-        Ep::SetPriority => Box::pin(attrs::set_priority(app, rq)),
-        Ep::GetPriority => Box::pin(attrs::get_priority(app, rq)),
-        Ep::SetDueDate => Box::pin(attrs::set_due_date(app, rq)),
-        Ep::GetDueDate => Box::pin(attrs::get_due_date(app, rq)),
-        Ep::SetFixedAmount => Box::pin(attrs::set_fixed_amount(app, rq)),
-        Ep::GetFixedAmount => Box::pin(attrs::get_fixed_amount(app, rq)),
-        Ep::SetAccountType => Box::pin(attrs::set_account_type(app, rq)),
-        Ep::GetAccountType => Box::pin(attrs::get_account_type(app, rq)),
-        Ep::SetFreq => Box::pin(attrs::set_freq(app, rq)),
-        Ep::GetFreq => Box::pin(attrs::get_freq(app, rq)),
-        Ep::SetPeriods => Box::pin(attrs::set_periods(app, rq)),
-        Ep::GetPeriods => Box::pin(attrs::get_periods(app, rq)),
-        Ep::Changes => Box::pin(sync::changes(app, rq)),
+        Ep::ChangeStatus => writes(attrs::change_status(app, rq)),
+        Ep::GetStatus => fields(attrs::get_status(app, rq)),
+        Ep::SetPriority => writes(attrs::set_priority(app, rq)),
+        Ep::GetPriority => fields(attrs::get_priority(app, rq)),
+        Ep::SetDueDate => writes(attrs::set_due_date(app, rq)),
+        Ep::GetDueDate => fields(attrs::get_due_date(app, rq)),
+        Ep::SetFixedAmount => writes(attrs::set_fixed_amount(app, rq)),
+        Ep::GetFixedAmount => fields(attrs::get_fixed_amount(app, rq)),
+        Ep::SetAccountType => writes(attrs::set_account_type(app, rq)),
+        Ep::GetAccountType => fields(attrs::get_account_type(app, rq)),
+        Ep::SetFreq => writes(attrs::set_freq(app, rq)),
+        Ep::GetFreq => fields(attrs::get_freq(app, rq)),
+        Ep::SetPeriods => writes(attrs::set_periods(app, rq)),
+        Ep::GetPeriods => fields(attrs::get_periods(app, rq)),
+        Ep::Changes => fields(sync::changes(app, rq)),
+    }
+}
+
+/// Runs the endpoint's handler and fills in the logs its answer names (see [`logs`]): whole, or
+/// past `STREAM_MIN_RECORDS` records in the plain style as a stream. A log deleted under the
+/// answer before any of it was sent runs the handler once more, on the state after the deletion.
+/// `request_id` names the request in a stream's failure, logged after the answer has started.
+pub async fn respond(app: &Arc<App>, ep: Ep, rq: &Rq, request_id: &str) -> Result<Answer, ApiError> {
+    let mut stale = 0;
+    loop {
+        let handled = match CatchUnwind(call(app, ep, rq)).await {
+            Ok(res) => res?,
+            Err(()) => return Err(ApiError::Internal("handler panicked".into())),
+        };
+        let (obj, plan) = match handled {
+            Handled::Answer(a) => return Ok(a),
+            Handled::Logs(obj, plan) => (obj, plan),
+        };
+        let failed = if plan.records() > app.cfg.stream_min_records
+            && app.cfg.response_style == ResponseStyle::Plain
+        {
+            let skeleton = rq.envelope.render(&obj, app.clock.now_micros());
+            match logs::stream(app.clone(), plan, skeleton, request_id).await {
+                Ok((first, rest)) => return Ok(Answer::Streamed { first, rest }),
+                Err(e) => e,
+            }
+        } else {
+            match logs::fill(app, &plan, obj).await {
+                Ok(obj) => return Ok(Answer::Fields(obj)),
+                Err(e) => e,
+            }
+        };
+        match failed {
+            LogError::Stale if stale == 0 => stale += 1,
+            LogError::Stale => {
+                return Err(ApiError::Internal("logs kept changing under their answer".into()))
+            }
+            LogError::Failed(e) => return Err(e),
+        }
     }
 }
 
@@ -161,49 +266,49 @@ fn engine_err(e: OpError) -> ApiError {
 
 /// Runs `f` on a working copy of the caller's tree under the caller's lock; on success commits
 /// every change atomically and durably, then publishes the new state. On error nothing changes.
-async fn mutate<F>(app: &App, rq: &Rq, f: F) -> Result<Obj, ApiError>
+async fn mutate<F>(app: &App, rq: &Rq, f: F) -> Result<Answer, ApiError>
 where
     F: FnOnce(&mut Ctx, &UserState) -> Result<Obj, ApiError>,
 {
-    let Some((guard, cur)) = lock_tree(app, rq, no_tree).await? else { return Ok(Obj::new()) };
-    mutate_locked(app, guard, cur, rq, f).await
+    match lock_tree(app, rq, no_tree).await? {
+        Locked::Tree(guard, cur) => mutate_locked(app, guard, cur, rq, f).await,
+        Locked::Answered(a) => Ok(a),
+    }
 }
 
-/// The caller's lock and committed state (`missing` when the caller has no tree), or `None`
-/// when the request's `Idempotency-Key` was answered meanwhile (see [`idem_answered`]): the
-/// handler then returns at once, and what it returns is not sent.
+/// The caller's lock and committed state, or the answer when the request's `Idempotency-Key`
+/// was answered meanwhile (see [`idem_answered`]).
+enum Locked<'a> {
+    Tree(WriteGuard<'a>, Arc<UserState>),
+    Answered(Answer),
+}
+
+/// The caller's lock and committed state (`missing` when the caller has no tree), unless the
+/// request's `Idempotency-Key` was answered meanwhile.
 async fn lock_tree<'a>(
     app: &'a App,
     rq: &Rq,
     missing: impl FnOnce() -> ApiError,
-) -> Result<Option<(WriteGuard<'a>, Arc<UserState>)>, ApiError> {
+) -> Result<Locked<'a>, ApiError> {
     let guard = app.users.lock(rq.user_id()?).await?;
     let cur = guard.current.clone().ok_or_else(missing)?;
-    if idem_answered(app, rq, &cur) {
-        return Ok(None);
-    }
-    Ok(Some((guard, cur)))
+    Ok(match idem_answered(rq, &cur) {
+        Some(a) => Locked::Answered(a),
+        None => Locked::Tree(guard, cur),
+    })
 }
 
 /// Under the user's lock, an `Idempotency-Key` that is already kept: another node ran the same
 /// key while this request waited for the lock (the check before the lock could not see it).
-/// Its answer is set as the request's (a replay, or the 422 of other parameters) and nothing
-/// runs; `true` then, and whatever the handler returns is not sent.
-fn idem_answered(app: &App, rq: &Rq, cur: &UserState) -> bool {
-    let Some(i) = &rq.idem else { return false };
-    let Some(r) = cur.idem.get(&i.key).filter(|r| rq.now_us - r.created_us < IDEM_TTL_US) else {
-        return false;
-    };
-    let answer = if r.fingerprint == i.fingerprint {
-        (r.status, r.body.clone(), true)
+/// Nothing runs; the answer is the kept one, or the 422 of other parameters.
+fn idem_answered(rq: &Rq, cur: &UserState) -> Option<Answer> {
+    let i = rq.idem.as_ref()?;
+    let r = cur.idem.get(&i.key).filter(|r| rq.now_us - r.created_us < IDEM_TTL_US)?;
+    Some(if r.fingerprint == i.fingerprint {
+        Answer::Kept { status: r.status, body: r.body.clone(), replayed: true }
     } else {
-        let err = ApiError::new(422, crate::http::idem::MISMATCH);
-        (422, envelope(Err(err), i.prefix, rq.now_us, app.clock.now_micros()).body, false)
-    };
-    if let Ok(mut k) = i.kept.lock() {
-        *k = Some(answer);
-    }
-    true
+        Answer::KeyMismatch
+    })
 }
 
 /// [`mutate`] for a caller that already holds the user's lock and has checked the tree exists.
@@ -214,7 +319,7 @@ async fn mutate_locked<F>(
     cur: Arc<UserState>,
     rq: &Rq,
     f: F,
-) -> Result<Obj, ApiError>
+) -> Result<Answer, ApiError>
 where
     F: FnOnce(&mut Ctx, &UserState) -> Result<Obj, ApiError>,
 {
@@ -226,7 +331,7 @@ where
     let change = ctx.finish();
     let rec = rq.idem.as_ref().map(|i| {
         let now = app.clock.now_micros();
-        let body = envelope(Ok(fields.clone()), i.prefix, rq.now_us, now).body;
+        let body = rq.envelope.render(&fields, now);
         IdemRecord {
             key: i.key.clone(),
             fingerprint: i.fingerprint.clone(),
@@ -243,40 +348,8 @@ where
         ),
         e => e.into(),
     })?;
-    if let (Some(i), Some(r)) = (&rq.idem, rec) {
-        if let Ok(mut k) = i.kept.lock() {
-            *k = Some((r.status, r.body, false));
-        }
-    }
-    Ok(fields)
-}
-
-/// A number parameter read through its own messages.
-fn number(p: &Params, name: &str, required: Option<&str>, invalid: &str) -> Result<Option<Dec>, ApiError> {
-    match p.num(name)? {
-        NumVal::Missing => match required {
-            Some(msg) => Err(ApiError::bad(msg)),
-            None => Ok(None),
-        },
-        NumVal::NotNumeric => Err(ApiError::bad(invalid)),
-        NumVal::Num(d) => Ok(Some(d)),
-    }
-}
-
-/// A whole number in `[min, max]`, else `invalid`.
-fn integral(d: &Dec, min: i64, max: i64, invalid: &str) -> Result<i64, ApiError> {
-    let v = if d.is_integral() && !d.abs_gt(i128::from(max.max(min.abs())), 0) {
-        d.rounded_abs(0).and_then(|v| i64::try_from(v).ok()).map(|v| if d.is_negative() { -v } else { v })
-    } else {
-        None
-    };
-    v.filter(|v| (min..=max).contains(v)).ok_or_else(|| ApiError::bad(invalid))
-}
-
-/// A value in `[0, max]` (millionths) rounded to 6 decimals; the range check is exact.
-fn millionths(d: &Dec, max_millionths: i128, invalid: &str) -> Result<i64, ApiError> {
-    if d.is_negative() || d.abs_gt(max_millionths, 6) {
-        return Err(ApiError::bad(invalid));
-    }
-    d.rounded_abs(6).and_then(|v| i64::try_from(v).ok()).ok_or_else(|| ApiError::bad(invalid))
+    Ok(match rec {
+        Some(r) => Answer::Kept { status: r.status, body: r.body, replayed: false },
+        None => Answer::Fields(fields),
+    })
 }

@@ -2,49 +2,168 @@
 
 use std::borrow::Cow;
 
-use super::{engine_err, find, mutate, mutate_locked, no_tree, number, op_err, Rq};
+use super::decl::{by_role, row, Endpoint, Kind, Msgs, Param, Row, Shape};
+use super::endpoints::{Ep, NO_TREE, UUID_LOWER};
+use super::json::Obj;
+use super::params::Params;
+use super::{engine_err, find, mutate, mutate_locked, no_tree, op_err, Answer, ApiError, Locked, Rq};
 use crate::app::App;
-use crate::domain::dates::parse_date;
 use crate::domain::engine::{Mode, SYSTEM, USER};
-use crate::domain::num::{fmt_money, Dec};
+use crate::domain::num::fmt_money;
 use crate::domain::text::Text;
-use crate::http::json::Obj;
-use crate::http::params::{check_len, money_cents, Params};
-use crate::http::response::ApiError;
 
-/// An amount that must be > 0: `required`, `not_numeric`, `not_positive` texts, then 3.4 steps 4-5.
-fn positive_amount(
-    p: &Params,
-    name: &str,
-    required: &str,
-    not_numeric: &str,
-    not_positive: &str,
-) -> Result<i64, ApiError> {
-    let d: Dec = number(p, name, Some(required), not_numeric)?.ok_or_else(|| ApiError::bad(required))?;
-    if d.is_negative() || d.is_zero() {
-        return Err(ApiError::bad(not_positive));
-    }
-    money_cents(name, &d)
-}
+/// Longest `channel` (SPEC 14.2): a bank or wallet name with a reference, never a document.
+pub const CHANNEL_MAX_CHARS: usize = 256;
+/// Longest `initiated_by`: a person's or system's name.
+pub const INITIATED_BY_MAX_CHARS: usize = 64;
+/// Longest transaction id: bank references run to 35 characters (ISO 20022), UUIDs 36.
+pub const TXID_MAX_CHARS: usize = 128;
 
-/// The `amount` of /deposit and /distribute (same texts in both tables).
-fn deposit_amount(p: &Params) -> Result<i64, ApiError> {
-    positive_amount(p, "amount", "amount is required", "amount must be numeric", "amount must be > 0")
-}
+static AMOUNT: Param = Param::new(
+    "amount",
+    Kind::Money { positive: true },
+    Msgs::required("amount is required", "amount must be numeric").out_of_range("amount must be > 0"),
+    "Amount, > 0.",
+);
+static CHANNEL: Param = Param::text(
+    "channel",
+    Some("channel is required"),
+    Some(CHANNEL_MAX_CHARS),
+    "Free text, e.g. ABSA, mpesa.",
+);
+static TXN_NUMBER: Param =
+    Param::text("transaction_number", None, Some(TXID_MAX_CHARS), "Transaction id; generated when absent.");
+static INITIATED_BY: Param = Param::text(
+    "initiated_by",
+    None,
+    Some(INITIATED_BY_MAX_CHARS),
+    "Recorded as the record's By; default User.",
+);
+static TXN_DATE: Param = Param::new(
+    "transaction_date",
+    Kind::Date,
+    Msgs::invalid("Invalid transaction_date format"),
+    "Recorded date; default now.",
+);
+static WITHDRAW_AMOUNT: Param = Param::new(
+    "amount",
+    Kind::Money { positive: true },
+    Msgs::required("amount is required", "Invalid withdrawal amount"),
+    "Amount, > 0.",
+);
+static TRANSACTION: Param =
+    Param::text("transaction", None, Some(TXID_MAX_CHARS), "Id given to the children's deposit records.");
+static DISTRIBUTE_BY: Param =
+    Param::text("initiated_by", None, Some(INITIATED_BY_MAX_CHARS), "Recorded as By; default System.");
+static FROM_UUID: Param =
+    Param::text("from_uuid", Some("Source account (from_uuid) is required"), None, "Source account.");
+static TO_UUID: Param =
+    Param::text("to_uuid", Some("Destination account (to_uuid) is required"), None, "Destination account.");
+static MOVE_AMOUNT: Param = Param::new(
+    "amount",
+    Kind::Money { positive: true },
+    Msgs::required("Amount is required", "Amount must be a positive number"),
+    "Amount, > 0.",
+);
+
+const NOT_FOUND: Row = by_role("account not found", "`Account not found or unauthorized`");
+const INSUFFICIENT: Row = row!(
+    400,
+    "`amount` > the account's balance (any kind)",
+    "`Failed: Insufficient balance! Your current balance is:<balance>`"
+);
+
+pub static DEPOSIT: Endpoint = Endpoint::write(
+    "/deposit",
+    Ep::Deposit,
+    "Deposit failed",
+    "Deposit external money into an account; it flows down the tree",
+    &[&UUID_LOWER, &AMOUNT, &CHANNEL, &TXN_NUMBER, &INITIATED_BY, &TXN_DATE],
+    &[("account_uuid", Shape::Str), ("amount", Shape::Num), ("balance", Shape::Num)],
+    &[
+        NO_TREE,
+        NOT_FOUND,
+        row!(
+            409,
+            "target is the main account, `transaction_number` was supplied, and a record with that `TransactionID` already exists in the main account's own log (D28)",
+            "`Deposit failed: This deposit has already been made. Transaction ID:<transaction_number>`"
+        ),
+        row!(
+            400,
+            "target is child-kind and, after the rollover check (10.6), its status is not `active` (D9)",
+            "`Deposit not allowed. Account is not active.`"
+        ),
+    ],
+);
+
+pub static WITHDRAW: Endpoint = Endpoint::write(
+    "/withdraw",
+    Ep::Withdraw,
+    "Failed",
+    "Withdraw money from an account",
+    &[&UUID_LOWER, &WITHDRAW_AMOUNT, &CHANNEL, &TXN_NUMBER, &INITIATED_BY, &TXN_DATE],
+    &[("account_uuid", Shape::Str), ("balance", Shape::Num)],
+    &[NO_TREE, NOT_FOUND, INSUFFICIENT],
+);
+
+pub static DISTRIBUTE: Endpoint = Endpoint::write(
+    "/distribute",
+    Ep::Distribute,
+    "Distribution failed",
+    "Move part of an account's balance down to its active children",
+    &[&UUID_LOWER, &AMOUNT, &TRANSACTION, &DISTRIBUTE_BY],
+    &[("account_uuid", Shape::Str), ("message", Shape::Str), ("amount", Shape::Num), ("balance", Shape::Num)],
+    &[
+        NO_TREE,
+        NOT_FOUND,
+        row!(
+            400,
+            "`amount` > the account's balance",
+            "`Distribution failed: Insufficient balance! Your current balance is:<balance>`"
+        ),
+        row!(
+            400,
+            "no child is `active` (after the rollover check of 10.4 step 2)",
+            "`Distribution failed: No active child accounts available.`"
+        ),
+        row!(
+            400,
+            "`amount` >= 0.10, and every active child has allocation 0",
+            "`Distribution failed: No active child accounts with a positive allocation.`"
+        ),
+    ],
+);
+
+pub static MOVE_BALANCE: Endpoint = Endpoint::write(
+    "/move_balance",
+    Ep::MoveBalance,
+    "Failed",
+    "Transfer money between two accounts of the tree",
+    &[&FROM_UUID, &TO_UUID, &MOVE_AMOUNT],
+    &[("message", Shape::Str), ("from_uuid", Shape::Str), ("to_uuid", Shape::Str), ("amount", Shape::Num)],
+    &[
+        NO_TREE,
+        row!(404, "source not found", "`Source account not found`"),
+        row!(404, "destination not found", "`Target account not found`"),
+        row!(
+            400,
+            "source and destination are the same account",
+            "`Failed: Source and destination accounts must differ`"
+        ),
+        INSUFFICIENT,
+        row!(
+            400,
+            "destination is child-kind and, after its rollover check, not `active`",
+            "`Failed: Deposit not allowed. Account is not active.`"
+        ),
+    ],
+);
 
 fn insufficient(prefix: &str, balance: i64) -> ApiError {
     ApiError::bad(format!(
         "{prefix}Insufficient balance! Your current balance is:{}",
         fmt_money(balance.into())
     ))
-}
-
-/// `transaction_date`: absent means now; present must parse (D20).
-fn transaction_date(p: &Params, now: i64) -> Result<i64, ApiError> {
-    match p.str("transaction_date")? {
-        None => Ok(now),
-        Some(s) => parse_date(&s).ok_or_else(|| ApiError::bad("Invalid transaction_date format")),
-    }
 }
 
 /// The parameters /deposit and /withdraw share after their amount.
@@ -56,32 +175,33 @@ struct Posting {
     date: i64,
 }
 
-/// A string parameter (as [`Params::str`]) made a `Text` straight from the request's bytes:
-/// short ones are held inline, so a posting's channel, id and `initiated_by` allocate nothing.
-fn text(p: &Params, name: &str) -> Result<Option<Text>, ApiError> {
-    Ok(p.text(name)?.map(|s| match s {
+/// A text parameter made a `Text` straight from the request's bytes: short ones are held
+/// inline, so a posting's channel, id and `initiated_by` allocate nothing.
+fn text(p: &Params, decl: &Param) -> Result<Option<Text>, ApiError> {
+    Ok(p.text_of(decl)?.map(|s| match s {
         Cow::Borrowed(b) => Text::from(b),
         Cow::Owned(o) => Text::from(o),
     }))
 }
 
 fn posting(p: &Params, uuid: String, now: i64) -> Result<Posting, ApiError> {
-    let channel = text(p, "channel")?.ok_or_else(|| ApiError::bad("channel is required"))?;
-    let txn = text(p, "transaction_number")?;
-    let by = text(p, "initiated_by")?;
-    check_len("channel", Some(&channel), 256)?;
-    check_len("initiated_by", by.as_deref(), 64)?;
-    check_len("transaction_number", txn.as_deref(), 128)?;
-    let date = transaction_date(p, now)?;
+    let channel = text(p, &CHANNEL)?.ok_or_else(|| ApiError::bad("channel is required"))?;
+    let txn = text(p, &TXN_NUMBER)?;
+    let by = text(p, &INITIATED_BY)?;
+    p.check_lengths(&[&CHANNEL, &INITIATED_BY, &TXN_NUMBER])?;
+    let date = p.date_of(&TXN_DATE)?.unwrap_or(now);
     Ok(Posting { uuid, channel, txn, by: by.unwrap_or(USER), date })
 }
 
-pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn deposit(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "uuid is required")?;
-    let amount = deposit_amount(p)?;
+    let uuid = p.req_text_of(&UUID_LOWER)?;
+    let amount = p.req_num_of(&AMOUNT)?;
     let post = posting(p, uuid, rq.now())?;
-    let Some((guard, cur)) = super::lock_tree(app, rq, no_tree).await? else { return Ok(Obj::new()) };
+    let (guard, cur) = match super::lock_tree(app, rq, no_tree).await? {
+        Locked::Tree(guard, cur) => (guard, cur),
+        Locked::Answered(a) => return Ok(a),
+    };
     let not_found = || rq.role_not_found("Account not found or unauthorized");
     // The duplicate check reads storage, so it runs here, under the lock, before the mutation.
     if find(&cur.tree, &post.uuid, not_found)?.uuid == cur.tree.root {
@@ -107,16 +227,10 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     .await
 }
 
-pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn withdraw(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "uuid is required")?;
-    let amount = positive_amount(
-        p,
-        "amount",
-        "amount is required",
-        "Invalid withdrawal amount",
-        "Invalid withdrawal amount",
-    )?;
+    let uuid = p.req_text_of(&UUID_LOWER)?;
+    let amount = p.req_num_of(&WITHDRAW_AMOUNT)?;
     let post = posting(p, uuid, rq.now())?;
     mutate(app, rq, |ctx, _| {
         let acc = find(ctx.tree, &post.uuid, || rq.role_not_found("Account not found or unauthorized"))?;
@@ -131,15 +245,13 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     .await
 }
 
-pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn distribute(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let uuid = p.req_str("uuid", "uuid is required")?;
-    let amount = deposit_amount(p)?;
-    let txn = p.str("transaction")?;
-    let by = p.str("initiated_by")?;
-    check_len("transaction", txn.as_deref(), 128)?;
-    check_len("initiated_by", by.as_deref(), 64)?;
-    let (txn, by) = (txn.map(Text::from), by.map_or(SYSTEM, Text::from));
+    let uuid = p.req_text_of(&UUID_LOWER)?;
+    let amount = p.req_num_of(&AMOUNT)?;
+    let txn = text(p, &TRANSACTION)?;
+    let by = text(p, &DISTRIBUTE_BY)?.unwrap_or(SYSTEM);
+    p.check_lengths(DISTRIBUTE.params)?;
     mutate(app, rq, |ctx, _| {
         let acc = find(ctx.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
         let x = acc.uuid;
@@ -170,17 +282,11 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     .await
 }
 
-pub async fn move_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn move_balance(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let from = p.req_str("from_uuid", "Source account (from_uuid) is required")?;
-    let to = p.req_str("to_uuid", "Destination account (to_uuid) is required")?;
-    let amount = positive_amount(
-        p,
-        "amount",
-        "Amount is required",
-        "Amount must be a positive number",
-        "Amount must be a positive number",
-    )?;
+    let from = p.req_text_of(&FROM_UUID)?;
+    let to = p.req_text_of(&TO_UUID)?;
+    let amount = p.req_num_of(&MOVE_AMOUNT)?;
     mutate(app, rq, |ctx, _| {
         let src = find(ctx.tree, &from, || ApiError::new(404, "Source account not found"))?;
         let dst = find(ctx.tree, &to, || ApiError::new(404, "Target account not found"))?;

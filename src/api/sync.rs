@@ -10,17 +10,62 @@
 use std::collections::{HashMap, HashSet};
 
 use super::analytics::{record_obj, BAD_LIMIT, PAGE_MAX};
+use super::decl::{row, Endpoint, Kind as P, Msgs, Param, Shape};
+use super::endpoints::{Ep, NO_TREE};
+use super::json::{array, Obj};
 use super::tree::account_obj;
-use super::{integral, number, snapshot, Rq};
+use super::{snapshot, ApiError, Rq};
 use crate::app::App;
 use crate::domain::engine::TxRecord;
 use crate::domain::tree::{fmt_uuid, AccountId};
-use crate::http::json::{array, Obj};
-use crate::http::response::ApiError;
 use crate::store::users::UserState;
 
 const BAD_SINCE: &str = "since must be a whole number between 0 and server_knowledge";
 const BAD_CURSOR: &str = "Invalid cursor";
+
+static SINCE: Param = Param::new(
+    "since",
+    P::Int { min: 0, max: i64::MAX },
+    Msgs::invalid(BAD_SINCE),
+    "The server_knowledge of the client's last complete sync; 0 (default) lists everything.",
+);
+static LIMIT: Param = Param::new(
+    "limit",
+    P::Int { min: 1, max: PAGE_MAX },
+    Msgs::invalid(BAD_LIMIT),
+    "Page size (accounts plus transactions); default 1000.",
+);
+static CURSOR: Param =
+    Param::text("cursor", None, None, "next_cursor of the previous page, with the same since.");
+
+pub static CHANGES: Endpoint = Endpoint::read(
+    "/changes",
+    Ep::Changes,
+    "Failed to list changes",
+    "Delta sync: accounts changed and transactions appended since a server_knowledge, paged",
+    &[&SINCE, &LIMIT, &CURSOR],
+    &[
+        ("since", Shape::Int),
+        ("server_knowledge", Shape::Int),
+        ("full_listing", Shape::Bool),
+        ("accounts", Shape::Rows { schema: "SyncAccount", frame: false }),
+        ("transactions", Shape::Rows { schema: "SyncTransaction", frame: true }),
+        ("next_cursor", Shape::NullableStr),
+    ],
+    &[
+        row!(
+            400,
+            "`since` ahead of the user's server_knowledge",
+            "`since must be a whole number between 0 and server_knowledge (<server_knowledge>)`"
+        ),
+        row!(
+            400,
+            "`cursor` present and not one the service issued for this user and this `since`",
+            "`Invalid cursor`"
+        ),
+        NO_TREE,
+    ],
+);
 
 /// Where a page starts. Full listings: accounts by uuid from `acc`, then each account's
 /// records from `off`. Incremental: item `off` of change row `row` (its accounts, then its
@@ -169,12 +214,10 @@ impl Page<'_> {
 }
 
 pub async fn changes(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let since = number(&rq.params, "since", None, BAD_SINCE)?.map(|d| integral(&d, 0, i64::MAX, BAD_SINCE));
-    let since = since.transpose()?.unwrap_or(0) as u64;
-    let limit = number(&rq.params, "limit", None, BAD_LIMIT)?.map(|d| integral(&d, 1, PAGE_MAX, BAD_LIMIT));
+    let since = rq.params.num_of(&SINCE)?.unwrap_or(0) as u64;
     // A page is always bounded: without `limit` it holds up to the largest page.
-    let limit = limit.transpose()?.unwrap_or(PAGE_MAX) as usize;
-    let cursor = match rq.params.str("cursor")? {
+    let limit = rq.params.num_of(&LIMIT)?.unwrap_or(PAGE_MAX) as usize;
+    let cursor = match rq.params.text_of(&CURSOR)? {
         Some(c) => Some(Cursor::parse(&c).ok_or_else(|| ApiError::bad(BAD_CURSOR))?),
         None => None,
     };

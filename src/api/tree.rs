@@ -1,22 +1,220 @@
 //! /add_sub_account, /set_child_allocation, /delete and the listing and finding endpoints
 //! (SPEC 7).
 
-use super::{engine_err, find, integral, millionths, mutate, mutate_locked, number, snapshot, Rq};
+use super::decl::{by_role, row, Endpoint, Kind as P, Msgs, Param, Shape, Verb};
+use super::endpoints::{Ep, NO_TREE, UUID_LOWER, UUID_UPPER};
+use super::json::{array, Obj};
+use super::{engine_err, find, mutate, mutate_locked, snapshot, Answer, ApiError, Locked, Rq};
 use crate::app::App;
-use crate::domain::dates::parse_date;
 use crate::domain::frac::Frac;
 use crate::domain::num::fmt_scaled;
 use crate::domain::tree::{
     fmt_uuid, Account, Grand, Kind, Text, Tree, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN, MAX_DEPTH,
 };
-use crate::http::json::{array, Obj};
-use crate::http::params::{check_len, money_cents};
-use crate::http::response::ApiError;
 
 /// Largest priority, in millionths (1e9).
 pub const PRIORITY_MAX_MICRO: i128 = 1_000_000_000_000_000;
 /// Largest frequency in days (D17).
 pub const FREQ_MAX_DAYS: i64 = 36_500;
+/// Longest account name (SPEC 14.2): a label on a screen.
+pub const NAME_MAX_CHARS: usize = 128;
+/// Longest account type or status label (SPEC 14.2).
+pub const LABEL_MAX_CHARS: usize = 64;
+
+static PARENT_UUID: Param = Param::text("parent_uuid", Some("uuid is required"), None, "Parent account.");
+static NAME: Param = Param::text(
+    "name",
+    Some("name is required"),
+    Some(NAME_MAX_CHARS),
+    "Unique among the parent's children.",
+);
+static ALLOCATION: Param = Param::new(
+    "allocation",
+    P::Millionths { max_millionths: ALLOC_ONE as i128, positive: false },
+    Msgs::invalid("Invalid allocation: must be a number between 0 and 1"),
+    "Share of the parent's deposits, 0..1; default 0.",
+);
+static PRIORITY: Param = Param::new(
+    "priority",
+    P::Millionths { max_millionths: PRIORITY_MAX_MICRO, positive: false },
+    Msgs::invalid("Invalid priority: must be a non-negative integer"),
+    "0..1e9; default 0.",
+);
+static FIXED_AMOUNT: Param = Param::new(
+    "fixed_amount",
+    P::Money { positive: false },
+    Msgs::invalid("Invalid fixed amount: must be a non-negative number"),
+    ">= 0 (grandchild accounts).",
+);
+static FREQ: Param = Param::new(
+    "freq",
+    P::Int { min: 0, max: FREQ_MAX_DAYS },
+    Msgs::invalid("Invalid frequency: must be a non-negative integer"),
+    "Days (grandchild accounts).",
+);
+static DUE_DATE: Param = Param::new(
+    "due_date",
+    P::Date,
+    Msgs::invalid("Invalid due date: must be a valid date"),
+    "Grandchild accounts.",
+);
+static ACCOUNT_TYPE: Param =
+    Param::text("account_type", None, Some(LABEL_MAX_CHARS), "Grandchild accounts; default Expense.");
+static STATUS: Param = Param::text(
+    "status",
+    None,
+    Some(LABEL_MAX_CHARS),
+    "active, inactive, closed or another label; default active.",
+);
+
+pub static ADD_SUB_ACCOUNT: Endpoint = Endpoint::write(
+    "/add_sub_account",
+    Ep::AddSubAccount,
+    "Child account not added",
+    "Create a child account under a parent",
+    &[&PARENT_UUID, &NAME, &ALLOCATION, &PRIORITY, &FIXED_AMOUNT, &FREQ, &DUE_DATE, &ACCOUNT_TYPE, &STATUS],
+    &[("message", Shape::Str), ("uuid", Shape::Str), ("child_type", Shape::Str), ("allocation", Shape::Num)],
+    &[
+        NO_TREE,
+        row!(404, "parent not found", "`Parent account not found`"),
+        row!(
+            400,
+            "a child with the same `name` exists under the parent",
+            "`Account name already exists under this parent`"
+        ),
+        row!(400, "the new account would be deeper than `MAX_DEPTH`", "`Maximum account depth exceeded`"),
+        row!(
+            400,
+            "the parent already has `MAX_CHILDREN` (100) children",
+            "`Too many child accounts under this parent`"
+        ),
+        row!(400, "the tree already has `MAX_ACCOUNTS` (1000) accounts", "`Too many accounts in this tree`"),
+        row!(
+            400,
+            "parent's current allocation sum + `allocation` > 1",
+            "`Child account not added: Total allocation exceeds 100%. Please adjust the allocations.`"
+        ),
+    ],
+);
+
+static ALLOC_PARENT: Param =
+    Param::text("parent_uuid", Some("parent uuid is required"), None, "Parent account.");
+static CHILD_NAME: Param = Param::text(
+    "child_name",
+    Some("child_name is required"),
+    Some(NAME_MAX_CHARS),
+    "Name of a direct child.",
+);
+static NEW_ALLOCATION: Param = Param::new(
+    "allocation",
+    P::Millionths { max_millionths: ALLOC_ONE as i128, positive: false },
+    Msgs::required("Allocation is required", "Allocation must be a number between 0 and 1"),
+    "0..1.",
+);
+
+pub static SET_CHILD_ALLOCATION: Endpoint = Endpoint::write(
+    "/set_child_allocation",
+    Ep::SetChildAllocation,
+    "Allocation not set",
+    "Set a direct child's allocation",
+    &[&ALLOC_PARENT, &CHILD_NAME, &NEW_ALLOCATION],
+    &[("message", Shape::Str), ("total_allocation", Shape::Num)],
+    &[
+        NO_TREE,
+        row!(404, "parent not found", "`Parent account not found`"),
+        row!(404, "no direct child of that name (exact match)", "`Child account not found under parent`"),
+        row!(
+            400,
+            "(sum of the other children's allocations) + `allocation` > 1",
+            "`Allocation not set: Total allocation exceeds 100%. Please adjust the allocations.`"
+        ),
+    ],
+);
+
+static DELETE_UUID: Param = Param::text("uuid", Some("Account UUID is required"), None, "Account uuid.");
+
+pub static DELETE: Endpoint = Endpoint {
+    verb: Verb::Delete,
+    ..Endpoint::write(
+        "/delete",
+        Ep::Delete,
+        "Failed to delete account",
+        "Delete an account and its subtree, or the whole user for the main account",
+        &[&DELETE_UUID],
+        &[("uuid", Shape::Str), ("message", Shape::Str)],
+        &[
+            row!(404, "caller has no tree", "`Account for user_id '<user_id>' does not exist.`"),
+            row!(
+                404,
+                "`uuid` is neither the main account nor any account in the tree",
+                "`Account with uuid <uuid> not found`"
+            ),
+        ],
+    )
+};
+
+pub static LIST_CHILD_ACCOUNTS: Endpoint = Endpoint::read(
+    "/list_child_accounts",
+    Ep::ListChildAccounts,
+    "Failed to list child accounts",
+    "Names of an account's direct children",
+    &[&UUID_LOWER],
+    &[
+        ("uuid", Shape::Str),
+        ("account_name", Shape::Str),
+        ("child_account_names", Shape::Strs),
+        ("child_count", Shape::Int),
+    ],
+    &[NO_TREE, by_role("account not found", "`Parent account not found or unauthorized`")],
+);
+
+pub static LIST_ALL_ACCOUNTS: Endpoint = Endpoint::read(
+    "/list_all_accounts",
+    Ep::ListAllAccounts,
+    "Failed to list accounts",
+    "Names of every account, starting from one (SPEC 10.16)",
+    &[&UUID_LOWER],
+    &[("uuid", Shape::Str), ("total_accounts", Shape::Int), ("account_names", Shape::Strs)],
+    &[NO_TREE, by_role("account not found", "`Account not found or unauthorized`")],
+);
+
+static FIND_NAME: Param =
+    Param::text("name", Some("name is required"), Some(NAME_MAX_CHARS), "Exact, case-sensitive name.");
+
+pub static FIND_BY_NAME: Endpoint = Endpoint::read(
+    "/find_account_by_name",
+    Ep::FindByName,
+    "Failed to retrieve accounts",
+    "Accounts with an exact name",
+    &[&FIND_NAME],
+    &[
+        ("search_name", Shape::Str),
+        ("matches", Shape::Records(&["uuid", "name", "path"])),
+        ("total_matches", Shape::Int),
+    ],
+    &[NO_TREE],
+);
+
+pub static FIND_BY_UUID: Endpoint = Endpoint::read(
+    "/find_account_by_uuid",
+    Ep::FindByUuid,
+    "Failed to retrieve account",
+    "One account's summary",
+    &[&UUID_UPPER],
+    &[
+        ("uuid", Shape::Str),
+        ("name", Shape::Str),
+        ("path", Shape::Str),
+        ("type", Shape::Str),
+        ("balance", Shape::Num),
+        ("total_balance", Shape::Num),
+        ("amount_due", Shape::NullableNum),
+        ("total_amount_due", Shape::Num),
+        ("allocation", Shape::NullableNum),
+        ("parent_uuid", Shape::NullableStr),
+    ],
+    &[NO_TREE, by_role("account not found", "`Account not found or unauthorized`")],
+);
 
 /// Canonical statuses are matched case-insensitively and stored lowercase; other labels verbatim.
 pub fn normalise_status(s: &str) -> String {
@@ -28,40 +226,18 @@ pub fn normalise_status(s: &str) -> String {
     }
 }
 
-pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let parent_uuid = p.req_str("parent_uuid", "uuid is required")?;
-    let name = p.req_str("name", "name is required")?;
-    let bad_alloc = "Invalid allocation: must be a number between 0 and 1";
-    let allocation = number(p, "allocation", None, bad_alloc)?
-        .map(|d| millionths(&d, ALLOC_ONE.into(), bad_alloc))
-        .transpose()?
-        .unwrap_or(0);
-    let bad_prio = "Invalid priority: must be a non-negative integer";
-    let priority = number(p, "priority", None, bad_prio)?
-        .map(|d| millionths(&d, PRIORITY_MAX_MICRO, bad_prio))
-        .transpose()?
-        .unwrap_or(0);
-    let bad_fixed = "Invalid fixed amount: must be a non-negative number";
-    let fixed = match number(p, "fixed_amount", None, bad_fixed)? {
-        None => 0,
-        Some(d) if d.is_negative() => return Err(ApiError::bad(bad_fixed)),
-        Some(d) => money_cents("fixed_amount", &d)?,
-    };
-    let bad_freq = "Invalid frequency: must be a non-negative integer";
-    let freq =
-        number(p, "freq", None, bad_freq)?.map(|d| integral(&d, 0, FREQ_MAX_DAYS, bad_freq)).transpose()?;
-    let due = match p.str("due_date")? {
-        None => None,
-        Some(s) => {
-            Some(parse_date(&s).ok_or_else(|| ApiError::bad("Invalid due date: must be a valid date"))?)
-        }
-    };
-    let account_type = p.str("account_type")?;
-    let status = p.str("status")?;
-    check_len("name", Some(&name), 128)?;
-    check_len("account_type", account_type.as_deref(), 64)?;
-    check_len("status", status.as_deref(), 64)?;
+    let parent_uuid = p.req_text_of(&PARENT_UUID)?;
+    let name = p.req_text_of(&NAME)?;
+    let allocation = p.num_of(&ALLOCATION)?.unwrap_or(0);
+    let priority = p.num_of(&PRIORITY)?.unwrap_or(0);
+    let fixed = p.num_of(&FIXED_AMOUNT)?.unwrap_or(0);
+    let freq = p.num_of(&FREQ)?;
+    let due = p.date_of(&DUE_DATE)?;
+    let account_type = p.text_of(&ACCOUNT_TYPE)?.map(|t| t.into_owned());
+    let status = p.text_of(&STATUS)?.map(|t| t.into_owned());
+    p.check_lengths(ADD_SUB_ACCOUNT.params)?;
     let status = if allocation == 0 {
         "inactive".to_string()
     } else {
@@ -112,15 +288,12 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     .await
 }
 
-pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
-    let parent_uuid = p.req_str("parent_uuid", "parent uuid is required")?;
-    let child_name = p.req_str("child_name", "child_name is required")?;
-    check_len("child_name", Some(&child_name), 128)?;
-    let bad = "Allocation must be a number between 0 and 1";
-    let d = number(p, "allocation", Some("Allocation is required"), bad)?
-        .ok_or_else(|| ApiError::bad("Allocation is required"))?;
-    let allocation = millionths(&d, ALLOC_ONE.into(), bad)?;
+    let parent_uuid = p.req_text_of(&ALLOC_PARENT)?;
+    let child_name = p.req_text_of(&CHILD_NAME)?;
+    p.check_lengths(&[&CHILD_NAME])?;
+    let allocation = p.req_num_of(&NEW_ALLOCATION)?;
     mutate(app, rq, |ctx, _| {
         let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
         let pid = parent.uuid;
@@ -149,18 +322,22 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     .await
 }
 
-pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "Account UUID is required")?;
+pub async fn delete(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
+    let uuid = rq.params.req_text_of(&DELETE_UUID)?;
     let user_id = rq.user_id()?.to_string();
     let no_user = || ApiError::new(404, format!("Account for user_id '{user_id}' does not exist."));
     let not_found = || ApiError::new(404, format!("Account with uuid {uuid} not found"));
     // One lock hold: decide between the whole user and a sub-account, then commit.
-    let Some((guard, cur)) = super::lock_tree(app, rq, no_user).await? else { return Ok(Obj::new()) };
+    let (guard, cur) = match super::lock_tree(app, rq, no_user).await? {
+        Locked::Tree(guard, cur) => (guard, cur),
+        Locked::Answered(a) => return Ok(a),
+    };
     if find(&cur.tree, &uuid, not_found)?.uuid == cur.tree.root {
         guard.delete_user().await?;
         return Ok(Obj::new()
             .str("uuid", &uuid)
-            .str("message", &format!("Account for user_id '{user_id}' deleted successfully.")));
+            .str("message", &format!("Account for user_id '{user_id}' deleted successfully."))
+            .into());
     }
     mutate_locked(app, guard, cur, rq, |ctx, _| {
         let x = find(ctx.tree, &uuid, not_found)?.uuid;
@@ -173,7 +350,7 @@ pub async fn delete(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 pub async fn list_child_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "uuid is required")?;
+    let uuid = rq.params.req_text_of(&UUID_LOWER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Parent account not found or unauthorized"))?;
     let names = st.tree.names(&a.children);
@@ -185,7 +362,7 @@ pub async fn list_child_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 pub async fn list_all_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "uuid is required")?;
+    let uuid = rq.params.req_text_of(&UUID_LOWER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
     let order = st.tree.list_all(a.uuid);
@@ -197,8 +374,8 @@ pub async fn list_all_accounts(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 pub async fn find_by_name(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let name = rq.params.req_str("name", "name is required")?;
-    check_len("name", Some(&name), 128)?;
+    let name = rq.params.req_text_of(&FIND_NAME)?;
+    rq.params.check_lengths(&[&FIND_NAME])?;
     let st = snapshot(app, rq).await?;
     let t = &st.tree;
     let matches: Vec<String> = t
@@ -219,7 +396,7 @@ pub async fn find_by_name(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 }
 
 pub async fn find_by_uuid(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    let uuid = rq.params.req_str("uuid", "UUID is required")?;
+    let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
     let t = &st.tree;
     let a = find(t, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;

@@ -10,13 +10,12 @@
 
 use bytes::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
-use hyper::Method;
 
 use super::filter::Pass;
-use super::json::Obj;
-use super::response::{envelope, ApiError, Reply};
-use super::router::{Ep, Route};
-use crate::api::IdemReq;
+use super::response::{envelope, Reply};
+use crate::api::decl::Endpoint;
+use crate::api::json::Obj;
+use crate::api::{ApiError, IdemReq};
 use crate::app::App;
 use crate::store::users::{IdemCheck, IdemRun};
 use crate::store::IdemRecord;
@@ -32,41 +31,13 @@ pub const BAD_KEY: &str = "Idempotency-Key must be 1 to 255 visible ASCII charac
 pub const MISMATCH: &str = "Idempotency-Key was already used with other parameters";
 pub const RUNNING: &str = "A request with this Idempotency-Key is still running";
 
-/// Endpoints whose requests write a user's data: where the header is honoured. The public
-/// /register (no user to scope a key to; a repeat answers its own 4xx) and /login ignore it.
-pub fn honoured(ep: Ep) -> bool {
-    matches!(
-        ep,
-        Ep::Deposit
-            | Ep::Withdraw
-            | Ep::Distribute
-            | Ep::MoveBalance
-            | Ep::AddSubAccount
-            | Ep::SetChildAllocation
-            | Ep::Delete
-            | Ep::ChangeStatus
-            | Ep::SetPriority
-            | Ep::SetDueDate
-            | Ep::SetFixedAmount
-            | Ep::SetAccountType
-            | Ep::SetFreq
-            | Ep::SetPeriods
-    )
-}
-
 /// "Same parameters": a BLAKE2b-256 hash of the request as sent (method, path, query, content
 /// type and body bytes, each length-prefixed). A client retries by resending the same bytes.
-pub fn fingerprint(
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
-    ct: Option<&str>,
-    body: &[u8],
-) -> Vec<u8> {
+pub fn fingerprint(method: &str, path: &str, query: Option<&str>, ct: Option<&str>, body: &[u8]) -> Vec<u8> {
     use blake2::{Blake2b256, Digest};
     let mut h = Blake2b256::new();
     for part in [
-        method.as_str().as_bytes(),
+        method.as_bytes(),
         path.as_bytes(),
         query.unwrap_or("").as_bytes(),
         ct.unwrap_or("").as_bytes(),
@@ -90,7 +61,7 @@ pub enum Begin {
 
 pub async fn begin(
     app: &App,
-    r: &Route,
+    r: &Endpoint,
     pass: &Pass,
     headers: &HeaderMap,
     query: Option<&str>,
@@ -98,7 +69,9 @@ pub async fn begin(
     start_us: i64,
 ) -> Begin {
     let (Some(value), Pass::User(ident)) = (headers.get(HEADER), pass) else { return Begin::Skip };
-    if !honoured(r.ep) {
+    // Honoured where a request writes a user's data. The public /register (no user to scope a
+    // key to; a repeat answers its own 4xx) and /login ignore it.
+    if !r.writes {
         return Begin::Skip;
     }
     let fail = |e: ApiError| Begin::Answer(envelope(Err(e), r.prefix, start_us, app.clock.now_micros()));
@@ -108,49 +81,45 @@ pub async fn begin(
     }
     let key = String::from_utf8_lossy(key).into_owned();
     let ct = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    let fp = fingerprint(&r.method, r.path, query, ct, body);
+    let fp = fingerprint(r.verb.as_str(), r.path, query, ct, body);
     match app.users.idem_begin(&ident.user_id, &key, &fp, start_us).await {
         Err(e) => fail(e.into()),
-        Ok(IdemCheck::Replay(rec)) => Begin::Answer(
-            Reply::json(rec.status, rec.body)
-                .header(HeaderName::from_static(REPLAYED), HeaderValue::from_static("true")),
-        ),
+        Ok(IdemCheck::Replay(rec)) => Begin::Answer(replayed(Reply::json(rec.status, rec.body))),
         Ok(IdemCheck::Mismatch) => fail(ApiError::new(422, MISMATCH)),
         Ok(IdemCheck::Running) => fail(ApiError::new(409, RUNNING)),
-        Ok(IdemCheck::Proceed(run)) => Begin::Run {
-            req: IdemReq { key, fingerprint: fp, prefix: r.prefix, kept: std::sync::Mutex::new(None) },
-            run,
-            user_id: ident.user_id.clone(),
-        },
+        Ok(IdemCheck::Proceed(run)) => {
+            Begin::Run { req: IdemReq { key, fingerprint: fp }, run, user_id: ident.user_id.clone() }
+        }
     }
+}
+
+/// A kept answer sent again, marked as such.
+pub fn replayed(reply: Reply) -> Reply {
+    reply.header(HeaderName::from_static(REPLAYED), HeaderValue::from_static("true"))
 }
 
 /// Largest answer kept by [`finish`], which keeps the answers of requests that wrote nothing
 /// (errors, mostly); a write keeps its own small answer in its commit.
 const MAX_KEPT_ANSWER_BYTES: usize = 16 << 10;
 
-/// The answer of a request that ran with a key, kept unless it is a 5xx or a 429.
+/// The answer of a request that ran with a key and wrote nothing (a write keeps its answer in
+/// its own commit), kept unless it is a 5xx or a 429.
 pub async fn finish(
     app: &App,
     user_id: &str,
     run: IdemRun,
-    req: IdemReq,
+    req: Option<IdemReq>,
     result: Result<Obj, ApiError>,
+    prefix: &str,
     start_us: i64,
 ) -> Reply {
-    // Kept by the mutation's own commit: send exactly what was stored.
-    if let Some((status, body, replayed)) = req.kept.lock().ok().and_then(|mut k| k.take()) {
+    let Some(req) = req else {
         drop(run);
-        let r = Reply::json(status, body);
-        return if replayed {
-            r.header(HeaderName::from_static(REPLAYED), HeaderValue::from_static("true"))
-        } else {
-            r
-        };
-    }
+        return envelope(result, prefix, start_us, app.clock.now_micros());
+    };
     let keep = matches!(result, Ok(_) | Err(ApiError::Client(..)) | Err(ApiError::Bare(..)));
     let now = app.clock.now_micros();
-    let reply = envelope(result, req.prefix, start_us, now);
+    let reply = envelope(result, prefix, start_us, now);
     // An error answer can echo a parameter without a length limit (SPEC 3.4: `uuid`): kept,
     // 1 MiB requests would keep megabytes each for a day. Unkept, it is like a failed keep.
     if keep && reply.status < 500 && reply.headers.is_empty() && reply.body.len() <= MAX_KEPT_ANSWER_BYTES {

@@ -12,443 +12,148 @@ use std::sync::OnceLock;
 use serde_json::{json, Map, Value};
 
 use super::idem;
-use super::openapi_errors::{Row, TABLES};
-use super::router::{Ep, Op, ROUTES};
-
-/// How a parameter's value is read (SPEC 3.4).
-#[derive(Clone, Copy)]
-enum T {
-    Str,
-    /// Decimal with at most 2 fractional digits.
-    Money,
-    /// Any decimal number.
-    Num,
-    /// A whole number (`30`, `30.0`, `"30"`, `3e1`).
-    Int,
-    Date,
-    Bool,
-    /// Seconds (or days) since the epoch, or a date (SPEC 5.4).
-    NumericDate,
-}
-
-/// One parameter: name, type, required, meaning.
-type P = (&'static str, T, bool, &'static str);
-
-/// A field of a success answer and its JSON Schema.
-type F = (&'static str, Value);
-
-/// Who may call an operation.
-#[derive(Clone, Copy, PartialEq)]
-enum Auth {
-    Bearer,
-    Public,
-    /// /register: public without an `Authorization` header, bearer with one (SPEC 4.1).
-    Optional,
-}
-
-struct Doc {
-    summary: &'static str,
-    params: Vec<P>,
-    fields: Vec<F>,
-    auth: Auth,
-}
-
-fn s() -> Value {
-    json!({"type": "string"})
-}
-fn n() -> Value {
-    json!({"type": "number"})
-}
-fn i() -> Value {
-    json!({"type": "integer"})
-}
-fn ns() -> Value {
-    json!({"type": ["string", "null"]})
-}
-fn nn() -> Value {
-    json!({"type": ["number", "null"]})
-}
-fn ni() -> Value {
-    json!({"type": ["integer", "null"]})
-}
-fn strs() -> Value {
-    json!({"type": "array", "items": {"type": "string"}})
-}
-
-const UUID: P = ("uuid", T::Str, true, "Account uuid.");
-
-fn doc(summary: &'static str, params: Vec<P>, fields: Vec<F>) -> Doc {
-    Doc { summary, params, fields, auth: Auth::Bearer }
-}
-
-fn range_params() -> Vec<P> {
-    vec![
-        UUID,
-        ("from", T::Date, false, "First day (SPEC 8.1); default today minus 365000 days."),
-        ("to", T::Date, false, "Last day, inclusive; default today."),
-    ]
-}
-
-fn range_fields(name: &'static str) -> Vec<F> {
-    vec![("uuid", s()), ("from", s()), ("to", s()), (name, n())]
-}
-
-fn tx_params() -> Vec<P> {
-    vec![
-        UUID,
-        ("amount", T::Money, true, "Amount, > 0, at most 2 decimals."),
-        ("channel", T::Str, true, "Free text, e.g. ABSA, mpesa (at most 256 characters)."),
-        ("transaction_number", T::Str, false, "Transaction id; generated when absent."),
-        ("initiated_by", T::Str, false, "Recorded as the record's By; default User."),
-        ("transaction_date", T::Date, false, "Recorded date; default now."),
-    ]
-}
-
-fn describe(ep: Ep) -> Doc {
-    match ep {
-        Ep::Ping => Doc {
-            summary: "Liveness check of the SPEC (answers {\"status\":\"ok\"})",
-            params: vec![],
-            fields: vec![],
-            auth: Auth::Public,
-        },
-        Ep::Register => Doc {
-            summary: "Create a user and its tree (password mode without a token, token mode with one)",
-            params: vec![
-                (
-                    "user_id",
-                    T::Str,
-                    true,
-                    "^[A-Za-z0-9_-]{1,128}$; in token mode equal to the token's user_id.",
-                ),
-                ("password", T::Str, false, "8 to 128 characters; required without a token."),
-                ("initial_balance", T::Money, false, "Opening balance of Main, >= 0; default 0."),
-            ],
-            fields: vec![("user_id", s()), ("uuid", s())],
-            auth: Auth::Optional,
-        },
-        Ep::Login => Doc {
-            summary: "Exchange user_id and password for a bearer token",
-            params: vec![("user_id", T::Str, true, "User id."), ("password", T::Str, true, "Password.")],
-            fields: vec![
-                ("user_id", s()),
-                ("role", s()),
-                ("token", s()),
-                ("token_type", s()),
-                ("expires_in", i()),
-            ],
-            auth: Auth::Public,
-        },
-        Ep::GenerateToken => Doc {
-            summary: "Mint a token (test environments; 403 unless TOKEN_ENDPOINT_ENABLED=true)",
-            params: vec![
-                ("user_id", T::Str, true, "user_id claim."),
-                ("role", T::Str, true, "role claim."),
-                ("type", T::Str, false, "session, or anything else for an expiry token."),
-                ("session_id", T::Str, false, "Required for session tokens."),
-                ("exp", T::NumericDate, false, "Required for expiry tokens."),
-                ("nbf", T::NumericDate, false, "Not-before."),
-                ("iat", T::NumericDate, false, "Issued-at; default now."),
-                ("iss", T::Str, false, "Copied into the token."),
-                ("sub", T::Str, false, "Copied into the token."),
-                ("aud", T::Str, false, "Copied into the token."),
-                ("jti", T::Str, false, "Copied into the token."),
-            ],
-            fields: vec![("user_id", s()), ("token", s()), ("timestamp", s())],
-            auth: Auth::Public,
-        },
-        Ep::Deposit => doc(
-            "Deposit external money into an account; it flows down the tree",
-            tx_params(),
-            vec![("account_uuid", s()), ("amount", n()), ("balance", n())],
-        ),
-        Ep::Withdraw => {
-            doc("Withdraw money from an account", tx_params(), vec![("account_uuid", s()), ("balance", n())])
-        }
-        Ep::Distribute => doc(
-            "Move part of an account's balance down to its active children",
-            vec![
-                UUID,
-                ("amount", T::Money, true, "Amount, > 0."),
-                ("transaction", T::Str, false, "Id given to the children's deposit records."),
-                ("initiated_by", T::Str, false, "Default System."),
-            ],
-            vec![("account_uuid", s()), ("message", s()), ("amount", n()), ("balance", n())],
-        ),
-        Ep::MoveBalance => doc(
-            "Transfer money between two accounts of the tree",
-            vec![
-                ("from_uuid", T::Str, true, "Source account."),
-                ("to_uuid", T::Str, true, "Destination account."),
-                ("amount", T::Money, true, "Amount, > 0."),
-            ],
-            vec![("message", s()), ("from_uuid", s()), ("to_uuid", s()), ("amount", n())],
-        ),
-        Ep::AddSubAccount => doc(
-            "Create a child account under a parent",
-            vec![
-                ("parent_uuid", T::Str, true, "Parent account."),
-                ("name", T::Str, true, "Unique among the parent's children, at most 128 characters."),
-                ("allocation", T::Num, false, "Share of the parent's deposits, 0..1; default 0."),
-                ("priority", T::Num, false, "0..1e9; default 0."),
-                ("fixed_amount", T::Money, false, ">= 0 (grandchild accounts)."),
-                ("due_date", T::Date, false, "Grandchild accounts."),
-                ("account_type", T::Str, false, "Grandchild accounts; default Expense."),
-                ("freq", T::Int, false, "Days, 0..36500 (grandchild accounts)."),
-                ("status", T::Str, false, "active, inactive, closed or another label; default active."),
-            ],
-            vec![("message", s()), ("uuid", s()), ("child_type", s()), ("allocation", n())],
-        ),
-        Ep::SetChildAllocation => doc(
-            "Set a direct child's allocation",
-            vec![
-                ("parent_uuid", T::Str, true, "Parent account."),
-                ("child_name", T::Str, true, "Name of a direct child."),
-                ("allocation", T::Num, true, "0..1."),
-            ],
-            vec![("message", s()), ("total_allocation", n())],
-        ),
-        Ep::Delete => doc(
-            "Delete an account and its subtree, or the whole user for the main account",
-            vec![UUID],
-            vec![("uuid", s()), ("message", s())],
-        ),
-        Ep::ListChildAccounts => doc(
-            "Names of an account's direct children",
-            vec![UUID],
-            vec![("uuid", s()), ("account_name", s()), ("child_account_names", strs()), ("child_count", i())],
-        ),
-        Ep::ListAllAccounts => doc(
-            "Names of every account, starting from one (SPEC 10.16)",
-            vec![UUID],
-            vec![("uuid", s()), ("total_accounts", i()), ("account_names", strs())],
-        ),
-        Ep::FindByName => doc(
-            "Accounts with an exact name",
-            vec![("name", T::Str, true, "Exact, case-sensitive name.")],
-            vec![
-                ("search_name", s()),
-                (
-                    "matches",
-                    json!({"type": "array", "items": {"type": "object", "required": ["uuid", "name", "path"],
-                        "properties": {"uuid": s(), "name": s(), "path": s()}}}),
-                ),
-                ("total_matches", i()),
-            ],
-        ),
-        Ep::FindByUuid => doc(
-            "One account's summary",
-            vec![UUID],
-            vec![
-                ("uuid", s()),
-                ("name", s()),
-                ("path", s()),
-                ("type", s()),
-                ("balance", n()),
-                ("total_balance", n()),
-                ("amount_due", nn()),
-                ("total_amount_due", n()),
-                ("allocation", nn()),
-                ("parent_uuid", ns()),
-            ],
-        ),
-        Ep::GetBalance => doc("An account's own balance", vec![UUID], vec![("uuid", s()), ("balance", n())]),
-        Ep::GetTransactions => doc(
-            "An account's transaction log in recording order; paged when limit is given",
-            vec![
-                UUID,
-                ("limit", T::Int, false, "Page size, 1..1000. Without it the whole log is answered (streamed past STREAM_MIN_RECORDS records)."),
-                ("cursor", T::Str, false, "next_cursor of the previous page (only with limit)."),
-            ],
-            vec![
-                ("uuid", s()),
-                ("transaction_count", i()),
-                (
-                    "transactions",
-                    json!({"type": "array", "items": {"$ref": "#/components/schemas/Transaction"}}),
-                ),
-            ],
-        ),
-        Ep::TotalBalance => doc(
-            "Total balance of an account's subtree",
-            vec![UUID],
-            vec![("uuid", s()), ("total_balance", n())],
-        ),
-        Ep::TotalDue => doc(
-            "Total amount due of an account's subtree",
-            vec![UUID],
-            vec![("uuid", s()), ("total_due", n())],
-        ),
-        Ep::DueWithinDays => doc(
-            "Amount due within a number of days",
-            vec![UUID, ("days", T::Num, true, "Days, 0..1000000.")],
-            vec![("uuid", s()), ("total_due", n()), ("within_days", n())],
-        ),
-        Ep::Spending => doc("Spending over a day range", range_params(), range_fields("total_spending")),
-        Ep::TotalIncome => doc("Income over a day range", range_params(), range_fields("total_income")),
-        Ep::AllocatedAmount => {
-            doc("Allocated amount over a day range", range_params(), range_fields("allocated_amount"))
-        }
-        Ep::IncomeUtilization => {
-            doc("Income utilization over a day range", range_params(), range_fields("utilization"))
-        }
-        Ep::WalkingAmount => {
-            let mut params = range_params();
-            params.push(("amt_type", T::Str, false, "amount_due (default) or anything else for balances."));
-            doc(
-                "Walking amount over a day range",
-                params,
-                vec![("uuid", s()), ("amt_type", s()), ("from", s()), ("to", s()), ("walking_amount", n())],
-            )
-        }
-        Ep::MinimalTree => doc(
-            "Nested summary of an account and its descendants",
-            vec![
-                ("uuid", T::Str, false, "Account; default the main account (an empty string is a 400)."),
-                ("n", T::Num, false, "Lookahead days, > 0; default 30."),
-                ("start_date", T::Date, false, "Range start."),
-                ("end_date", T::Date, false, "Range end."),
-                ("ts_data", T::Bool, false, "Include a daily time series; default false."),
-                ("transactions", T::Bool, false, "Include every node's log; default true. Not in SPEC: false leaves the `transactions` key out of every node."),
-            ],
-            vec![("uuid", s()), ("minimal_tree", json!({"$ref": "#/components/schemas/TreeNode"}))],
-        ),
-        Ep::ChangeStatus => doc(
-            "Change a child account's status",
-            vec![UUID, ("status", T::Str, true, "active, inactive, closed or another label.")],
-            vec![("uuid", s()), ("new_status", s()), ("message", s())],
-        ),
-        Ep::GetStatus => {
-            doc("A child account's status", vec![UUID], vec![("uuid", s()), ("account_status", s())])
-        }
-        Ep::SetPriority => doc(
-            "Set a child account's priority",
-            vec![UUID, ("priority", T::Num, true, "0..1e9.")],
-            vec![("message", s()), ("uuid", s()), ("priority", n())],
-        ),
-        Ep::GetPriority => {
-            doc("A child account's priority", vec![UUID], vec![("uuid", s()), ("priority", n())])
-        }
-        Ep::SetDueDate => doc(
-            "Set or clear a grandchild account's due date",
-            vec![UUID, ("due_date", T::Date, false, "Missing or null clears it; an empty string is a 400.")],
-            vec![("message", s()), ("uuid", s()), ("due_date", ns())],
-        ),
-        Ep::GetDueDate => {
-            doc("A grandchild account's due date", vec![UUID], vec![("uuid", s()), ("due_date", ns())])
-        }
-        Ep::SetFixedAmount => doc(
-            "Set a grandchild account's fixed amount",
-            vec![UUID, ("fixed_amount", T::Money, true, ">= 0.")],
-            vec![("uuid", s()), ("fixed_amount", n()), ("amount_due", n())],
-        ),
-        Ep::GetFixedAmount => {
-            doc("A grandchild account's fixed amount", vec![UUID], vec![("uuid", s()), ("fixed_amount", n())])
-        }
-        Ep::SetAccountType => doc(
-            "Set a grandchild account's type label",
-            vec![
-                UUID,
-                ("account_type", T::Str, true, "Free label, at most 64 characters (Bill rolls over)."),
-            ],
-            vec![("message", s()), ("uuid", s()), ("account_type", s())],
-        ),
-        Ep::GetAccountType => {
-            doc("A grandchild account's type label", vec![UUID], vec![("uuid", s()), ("account_type", s())])
-        }
-        Ep::SetFreq => doc(
-            "Set a grandchild account's period length in days",
-            vec![UUID, ("account_freq", T::Int, true, "1..36500.")],
-            vec![("message", s()), ("uuid", s()), ("freq", i())],
-        ),
-        Ep::GetFreq => {
-            doc("A grandchild account's period length", vec![UUID], vec![("uuid", s()), ("freq", ni())])
-        }
-        Ep::SetPeriods => doc(
-            "Set a grandchild account's number of periods",
-            vec![UUID, ("periods", T::Int, true, "1..1000000.")],
-            vec![("uuid", s()), ("periods", i()), ("message", s())],
-        ),
-        Ep::GetPeriods => {
-            doc("A grandchild account's number of periods", vec![UUID], vec![("uuid", s()), ("periods", n())])
-        }
-        Ep::Changes => doc(
-            "Delta sync: accounts changed and transactions appended since a server_knowledge, paged",
-            vec![
-                (
-                    "since",
-                    T::Int,
-                    false,
-                    "The server_knowledge of the client's last complete sync; 0 (default) lists everything.",
-                ),
-                ("limit", T::Int, false, "Page size (accounts plus transactions), 1..1000; default 1000."),
-                ("cursor", T::Str, false, "next_cursor of the previous page, with the same since."),
-            ],
-            vec![
-                ("since", i()),
-                ("server_knowledge", i()),
-                ("full_listing", json!({"type": "boolean"})),
-                ("accounts", json!({"type": "array", "items": {"$ref": "#/components/schemas/SyncAccount"}})),
-                (
-                    "transactions",
-                    json!({"type": "array", "items": {"$ref": "#/components/schemas/SyncTransaction"}}),
-                ),
-                ("next_cursor", ns()),
-            ],
-        ),
-        Ep::Ops(op) => Doc {
-            summary: match op {
-                Op::Healthz => "Liveness probe: the process answers",
-                Op::Readyz => "Readiness probe: storage answers (503 when it does not)",
-                Op::Metrics => "Prometheus metrics (404 when METRICS_ENABLED=false)",
-                Op::OpenApi => "This document",
-            },
-            params: vec![],
-            fields: vec![],
-            auth: Auth::Public,
-        },
-    }
-}
+use crate::api::decl::{Access, Endpoint, Kind, Param, Shape};
+use crate::api::params::MONEY_MAX_CENTS;
+use crate::api::{Ep, Op, ENDPOINTS};
 
 /// Schema of a parameter's value in the query string: what a valid value looks like (the text
 /// of any other value is read too, and answered with the parameter's 400).
-fn query_schema(t: T) -> Value {
-    match t {
-        T::Str | T::Date | T::NumericDate => json!({"type": "string"}),
-        T::Money | T::Num => json!({"type": "number"}),
-        T::Int => json!({"type": "integer"}),
-        T::Bool => json!({"type": "boolean"}),
+fn query_schema(k: Kind) -> Value {
+    match k {
+        Kind::Text { .. } | Kind::Date | Kind::NumericDate => json!({"type": "string"}),
+        Kind::Money { .. } | Kind::Millionths { .. } => json!({"type": "number"}),
+        Kind::Int { .. } => json!({"type": "integer"}),
+        Kind::Bool => json!({"type": "boolean"}),
     }
 }
 
 /// JSON Schema of a parameter's value in a JSON body (form values are strings).
-fn body_schema(t: T) -> Value {
-    match t {
-        T::Str => json!({"type": "string"}),
-        T::Money | T::Num => json!({"type": ["number", "string"]}),
-        T::Int => json!({"type": ["integer", "number", "string"]}),
-        T::Date => json!({"type": ["string", "null"]}),
-        T::Bool => json!({"type": ["boolean", "string"]}),
-        T::NumericDate => json!({"type": ["number", "string"]}),
+fn body_schema(k: Kind) -> Value {
+    match k {
+        Kind::Text { .. } => json!({"type": "string"}),
+        Kind::Money { .. } | Kind::Millionths { .. } => json!({"type": ["number", "string"]}),
+        Kind::Int { .. } => json!({"type": ["integer", "number", "string"]}),
+        Kind::Date => json!({"type": ["string", "null"]}),
+        Kind::Bool => json!({"type": ["boolean", "string"]}),
+        Kind::NumericDate => json!({"type": ["number", "string"]}),
     }
 }
 
-fn type_note(t: T) -> &'static str {
-    match t {
-        T::Str => "",
-        T::Money => " Money: a decimal (number or text), at most 2 decimals, at most 1e12.",
-        T::Num => " A decimal number (JSON number or text).",
-        T::Int => " A whole number (30, 30.0, \"30\").",
-        T::Date => " Date: YYYY-MM-DD, YYYY-MM-DD[T ]HH:MM[:SS][Z|+HH:MM], or D/M/YYYY (SPEC 3.4).",
-        T::Bool => " true/false (also TRUE, False, T, F).",
-        T::NumericDate => " Seconds since the epoch (days when <= 1000000), or a date.",
+/// What the parameter's type accepts, limits included.
+fn type_note(k: Kind) -> String {
+    match k {
+        Kind::Text { max_chars: None } => String::new(),
+        Kind::Text { max_chars: Some(n) } => format!(" At most {n} characters."),
+        Kind::Money { .. } => format!(
+            " Money: a decimal (number or text), at most 2 decimals, at most {}.",
+            MONEY_MAX_CENTS / 100
+        ),
+        Kind::Millionths { max_millionths, .. } => {
+            format!(
+                " A decimal number (JSON number or text) up to {}, kept to 6 decimals.",
+                max_millionths / 1_000_000
+            )
+        }
+        Kind::Int { min, max } => format!(" A whole number (30, 30.0, \"30\") from {min} to {max}."),
+        Kind::Date => " Date: YYYY-MM-DD, YYYY-MM-DD[T ]HH:MM[:SS][Z|+HH:MM], or D/M/YYYY (SPEC 3.4).".into(),
+        Kind::Bool => " true/false (also TRUE, False, T, F).".into(),
+        Kind::NumericDate => " Seconds since the epoch (days when <= 1000000), or a date.".into(),
     }
 }
 
-fn description(p: &P) -> String {
-    let (_, t, required, what) = *p;
-    let req = if required { "Required (from the query or the body). " } else { "" };
-    format!("{req}{what}{}", type_note(t))
+fn description(p: &Param) -> String {
+    let req = if p.required() { "Required (from the query or the body). " } else { "" };
+    format!("{req}{}{}", p.doc, type_note(p.kind))
+}
+
+/// One documented failure: statuses, when, and the error text.
+struct Failure {
+    statuses: Vec<u16>,
+    condition: String,
+    error: String,
+}
+
+fn fail(status: u16, condition: String, error: String) -> Failure {
+    Failure { statuses: vec![status], condition, error }
+}
+
+/// The failures a parameter's declaration gives, in the order they are checked.
+fn param_failures(p: &Param) -> Vec<Failure> {
+    let (n, m) = (p.name, &p.msgs);
+    let mut out = Vec::new();
+    if let Some(msg) = m.missing {
+        out.push(fail(400, format!("`{n}` absent"), format!("`{msg}`")));
+    }
+    let what = match p.kind {
+        Kind::Text { .. } => "present and not of its form",
+        Kind::Money { positive: true } if m.out_of_range.is_none() => "not numeric, or <= 0",
+        Kind::Money { positive: false } if m.out_of_range.is_none() => "not numeric, or negative",
+        Kind::Money { .. } => "not numeric",
+        Kind::Millionths { .. } if m.out_of_range.is_some() => "not numeric",
+        Kind::Millionths { positive: true, .. } => "not numeric, <= 0 or too large",
+        Kind::Millionths { positive: false, .. } => "not numeric, negative or too large",
+        Kind::Int { .. } => "not a whole number in range",
+        Kind::Date => "present but not a date",
+        Kind::Bool => "present but not a boolean",
+        Kind::NumericDate => "not a valid NumericDate",
+    };
+    if !m.invalid.is_empty() {
+        out.push(fail(400, format!("`{n}` {what}"), format!("`{}`", m.invalid)));
+    }
+    if let Some(msg) = m.out_of_range {
+        let cond = if matches!(p.kind, Kind::Money { positive: true }) { "<= 0" } else { "negative" };
+        out.push(fail(400, format!("`{n}` {cond}"), format!("`{msg}`")));
+    }
+    if let Some(msg) = m.too_large {
+        out.push(fail(400, format!("`{n}` too large"), format!("`{msg}`")));
+    }
+    match p.kind {
+        Kind::Money { .. } => out.push(fail(
+            400,
+            format!("`{n}` has more than 2 decimals / is too large"),
+            format!("`{n} must have at most 2 decimal places` / `{n} is too large`"),
+        )),
+        Kind::Text { max_chars: Some(max) } => {
+            out.push(fail(400, format!("`{n}` longer than {max} characters"), format!("`{n} is too long`")))
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The endpoint's error table: its parameters' failures, then its own rows.
+fn failures(e: &Endpoint) -> Vec<Failure> {
+    let mut out: Vec<Failure> = e.params.iter().flat_map(|p| param_failures(p)).collect();
+    out.extend(e.errors.iter().map(|r| Failure {
+        statuses: r.statuses.to_vec(),
+        condition: r.condition.to_string(),
+        error: r.error.to_string(),
+    }));
+    out
+}
+
+/// JSON Schema of an answer's field.
+fn field_schema(shape: &Shape) -> Value {
+    match shape {
+        Shape::Str => json!({"type": "string"}),
+        Shape::Num => json!({"type": "number"}),
+        Shape::Int => json!({"type": "integer"}),
+        Shape::Bool => json!({"type": "boolean"}),
+        Shape::NullableStr => json!({"type": ["string", "null"]}),
+        Shape::NullableNum => json!({"type": ["number", "null"]}),
+        Shape::NullableInt => json!({"type": ["integer", "null"]}),
+        Shape::Strs => json!({"type": "array", "items": {"type": "string"}}),
+        Shape::Rows { schema, .. } => {
+            json!({"type": "array", "items": {"$ref": format!("#/components/schemas/{schema}")}})
+        }
+        Shape::Object { schema } => json!({"$ref": format!("#/components/schemas/{schema}")}),
+        Shape::Records(names) => {
+            let props: Map<String, Value> =
+                names.iter().map(|n| (n.to_string(), json!({"type": "string"}))).collect();
+            json!({"type": "array", "items": {"type": "object", "required": names, "properties": props}})
+        }
+        Shape::Optional(inner) => field_schema(inner),
+    }
 }
 
 /// The standard headers of every answer.
@@ -461,33 +166,7 @@ fn common_headers(limited: bool) -> Value {
     h
 }
 
-/// Failures the service adds to /get_transactions' SPEC table (pagination, docs/api.md).
-static PAGING_ROWS: &[Row] = &[
-    Row {
-        statuses: &[400],
-        status_note: "400",
-        condition: "`limit` present and not a whole number from 1 to 1000 (checked after `uuid`)",
-        error: "`limit must be an integer between 1 and 1000`",
-    },
-    Row {
-        statuses: &[400],
-        status_note: "400",
-        condition: "`limit` present and `cursor` not one the service issued for this account",
-        error: "`Invalid cursor`",
-    },
-];
-
-/// The endpoint's error table (SPEC 5-9), with the rows the service adds.
-fn error_rows(path: &str) -> Vec<&'static Row> {
-    let mut rows: Vec<&Row> =
-        TABLES.iter().filter(|(p, _, _)| *p == path).flat_map(|(_, _, rows)| rows.iter()).collect();
-    if path == "/get_transactions" {
-        rows.extend(PAGING_ROWS);
-    }
-    rows
-}
-
-fn error_response(status: u16, rows: &[&Row], bearer: bool, prefix: &str, keyed: bool) -> Value {
+fn error_response(status: u16, rows: &[Failure], bearer: bool, prefix: &str, keyed: bool) -> Value {
     let what = match status {
         400 => "A parameter is missing or invalid. Besides the rows below: `Invalid request body` for a \
 malformed JSON body or one that is not an object, and `Invalid value for parameter '<name>'` for an array \
@@ -516,11 +195,11 @@ Retry-After says when to retry",
     }
     for r in rows.iter().filter(|r| r.statuses.contains(&status)) {
         text.push_str("\n- ");
-        text.push_str(r.condition);
+        text.push_str(&r.condition);
         text.push_str(": ");
-        text.push_str(r.error);
+        text.push_str(&r.error);
         if r.statuses.len() > 1 {
-            text.push_str(&format!(" ({})", r.status_note));
+            text.push_str(" (404 if the caller is an admin, else 403)");
         }
     }
     if keyed {
@@ -551,7 +230,7 @@ Retry-After says when to retry",
     })
 }
 
-fn success_schema(ep: Ep, fields: &[F]) -> Value {
+fn success_schema(ep: Ep, fields: &[(&str, Shape)]) -> Value {
     match ep {
         Ep::Ping | Ep::Ops(Op::Healthz) => {
             return json!({"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}}})
@@ -566,15 +245,11 @@ fn success_schema(ep: Ep, fields: &[F]) -> Value {
     props.insert("success".into(), json!({"const": true}));
     props.insert("status".into(), json!({"const": 200}));
     let mut required: Vec<&str> = vec!["success", "status"];
-    for (name, schema) in fields {
-        props.insert((*name).into(), schema.clone());
-        required.push(name);
-    }
-    if ep == Ep::GetTransactions {
-        props.insert(
-            "next_cursor".into(),
-            json!({"type": ["string", "null"], "description": "Present when limit was given; null on the last page."}),
-        );
+    for (name, shape) in fields {
+        props.insert((*name).into(), field_schema(shape));
+        if !matches!(shape, Shape::Optional(_)) {
+            required.push(name);
+        }
     }
     props.insert(
         "start_time".into(),
@@ -589,28 +264,28 @@ fn success_schema(ep: Ep, fields: &[F]) -> Value {
     json!({"type": "object", "required": required, "properties": props})
 }
 
-fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
-    let d = describe(ep);
+fn operation(e: &Endpoint) -> Value {
+    let (path, ep, prefix) = (e.path, e.ep, e.prefix);
     let mut op = Map::new();
     op.insert("operationId".into(), json!(path.trim_start_matches('/').replace(['.', '_'], "-")));
-    op.insert("summary".into(), json!(d.summary));
-    match d.auth {
-        Auth::Bearer => {}
-        Auth::Public => {
+    op.insert("summary".into(), json!(e.summary));
+    match e.access {
+        Access::Bearer => {}
+        Access::Public => {
             op.insert("security".into(), json!([]));
         }
-        Auth::Optional => {
+        Access::Optional => {
             op.insert("security".into(), json!([{}, {"bearerAuth": []}]));
         }
     }
-    let keyed = idem::honoured(ep);
-    if !d.params.is_empty() {
-        let mut query: Vec<Value> = d
+    let keyed = e.writes;
+    if !e.params.is_empty() {
+        let mut query: Vec<Value> = e
             .params
             .iter()
             .map(|p| {
-                json!({"name": p.0, "in": "query", "required": false, "description": description(p),
-                "schema": query_schema(p.1)})
+                json!({"name": p.name, "in": "query", "required": false, "description": description(p),
+                "schema": query_schema(p.kind)})
             })
             .collect();
         if keyed {
@@ -618,14 +293,14 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
         }
         op.insert("parameters".into(), json!(query));
         let mut props = Map::new();
-        for p in &d.params {
-            let mut sch = body_schema(p.1);
+        for p in e.params {
+            let mut sch = body_schema(p.kind);
             sch["description"] = json!(description(p));
-            props.insert(p.0.into(), sch);
+            props.insert(p.name.into(), sch);
         }
         let body = json!({"type": "object", "properties": props});
         let form_props: Map<String, Value> =
-            d.params.iter().map(|p| (p.0.to_string(), json!({"type": "string"}))).collect();
+            e.params.iter().map(|p| (p.name.to_string(), json!({"type": "string"}))).collect();
         op.insert(
             "requestBody".into(),
             json!({
@@ -642,7 +317,7 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
     let ok_content = if ep == Ep::Ops(Op::Metrics) {
         json!({"text/plain": {"schema": {"type": "string"}}})
     } else {
-        json!({"application/json": {"schema": success_schema(ep, &d.fields)}})
+        json!({"application/json": {"schema": success_schema(ep, e.fields)}})
     };
     let mut ok_headers = common_headers(true);
     if keyed {
@@ -652,7 +327,7 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
         "200".into(),
         json!({"description": "Success", "headers": ok_headers, "content": ok_content}),
     );
-    let rows = error_rows(path);
+    let rows = failures(e);
     let mut statuses: Vec<u16> = rows.iter().flat_map(|r| r.statuses.iter().copied()).collect();
     statuses.push(429);
     match ep {
@@ -662,7 +337,7 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
         Ep::Ping | Ep::Ops(_) => {}
         _ => statuses.extend([413, 415, 500]),
     }
-    if d.auth != Auth::Public || ep == Ep::Register {
+    if e.access != Access::Public {
         statuses.push(401);
     }
     if keyed {
@@ -671,7 +346,7 @@ fn operation(path: &str, ep: Ep, prefix: &str) -> Value {
     statuses.sort_unstable();
     statuses.dedup();
     for st in statuses {
-        let bearer = d.auth != Auth::Public;
+        let bearer = e.access != Access::Public;
         responses.insert(st.to_string(), error_response(st, &rows, bearer, prefix, keyed));
     }
     op.insert("responses".into(), Value::Object(responses));
@@ -793,10 +468,10 @@ fn components() -> Value {
 /// The whole document.
 pub fn document() -> Value {
     let mut paths = Map::new();
-    for r in ROUTES {
+    for e in ENDPOINTS {
         let mut item = Map::new();
-        item.insert(r.method.as_str().to_ascii_lowercase(), operation(r.path, r.ep, r.prefix));
-        paths.insert(r.path.to_string(), Value::Object(item));
+        item.insert(e.verb.as_str().to_ascii_lowercase(), operation(e));
+        paths.insert(e.path.to_string(), Value::Object(item));
     }
     json!({
         "openapi": "3.1.0",
@@ -832,38 +507,41 @@ mod tests {
     fn every_route_is_documented_and_nothing_else() {
         let doc = document();
         let paths = doc["paths"].as_object().unwrap();
-        for r in ROUTES {
-            let item = paths.get(r.path).unwrap_or_else(|| panic!("{} undocumented", r.path));
+        for e in ENDPOINTS {
+            let verb = e.verb.as_str().to_ascii_lowercase();
+            let item = paths.get(e.path).unwrap_or_else(|| panic!("{} undocumented", e.path));
             let ops: Vec<&String> = item.as_object().unwrap().keys().collect();
-            assert_eq!(ops, [&r.method.as_str().to_ascii_lowercase()], "{}", r.path);
-            let op = &item[r.method.as_str().to_ascii_lowercase()];
-            assert!(op["responses"]["200"].is_object(), "{}", r.path);
+            assert_eq!(ops, [&verb], "{}", e.path);
+            let op = &item[&verb];
+            assert!(op["responses"]["200"].is_object(), "{}", e.path);
             assert!(op["summary"].as_str().is_some_and(|s| !s.is_empty()));
         }
-        for p in paths.keys() {
-            assert!(ROUTES.iter().any(|r| r.path == p), "{p} documented but not routed");
-        }
-        assert_eq!(paths.len(), ROUTES.len());
+        assert_eq!(paths.len(), ENDPOINTS.len());
     }
 
+    /// The messages a handler answers come from the declarations the document is built from.
     #[test]
-    fn every_spec_route_has_its_error_table_and_no_table_is_orphaned() {
-        for r in ROUTES.iter().filter(|r| !matches!(r.ep, Ep::Ops(_))) {
-            assert!(TABLES.iter().any(|(p, _, _)| *p == r.path), "{} has no error table", r.path);
-        }
-        for (p, _, rows) in TABLES {
-            assert!(ROUTES.iter().any(|r| r.path == *p), "{p} is not routed");
-            assert!(rows.iter().all(|r| !r.statuses.is_empty() && !r.error.is_empty()), "{p}");
-        }
-        // A status of the table is a documented response, with the row's message.
+    fn declared_messages_and_limits_reach_the_document() {
         let doc = document();
-        let dep = &doc["paths"]["/deposit"]["post"]["responses"];
-        assert!(dep["409"]["description"].as_str().unwrap().contains("This deposit has already been made"));
-        let bal = &doc["paths"]["/get_balance"]["get"]["responses"];
-        assert!(bal["403"]["description"].as_str().unwrap().contains("Account not found or unauthorized"));
-        assert!(bal["404"]["description"]
-            .as_str()
-            .unwrap()
-            .contains("User not found or unauthorized access"));
+        let text = |path: &str, verb: &str, status: &str| {
+            doc["paths"][path][verb]["responses"][status]["description"].as_str().unwrap().to_string()
+        };
+        let dep = text("/deposit", "post", "400");
+        for msg in [
+            "`uuid is required`",
+            "`amount must be > 0`",
+            "`channel is required`",
+            "`channel is too long`",
+            "`Invalid transaction_date format`",
+        ] {
+            assert!(dep.contains(msg), "{msg} in {dep}");
+        }
+        assert!(text("/deposit", "post", "409").contains("This deposit has already been made"));
+        assert!(text("/get_balance", "get", "403").contains("Account not found or unauthorized"));
+        assert!(text("/get_balance", "get", "404").contains("User not found or unauthorized access"));
+        assert!(text("/set_priority", "post", "400").contains("`Priority is too large`"));
+        let channel = &doc["paths"]["/deposit"]["post"]["parameters"][2];
+        assert_eq!(channel["name"], "channel");
+        assert!(channel["description"].as_str().unwrap().contains("At most 256 characters"));
     }
 }

@@ -1,9 +1,7 @@
 //! Every answer leaves through here: the envelope of SPEC 3.5, the bare bodies of filter and
-//! routing errors, and the one error type handlers return.
+//! routing errors.
 
 use std::fmt::Write as _;
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -13,67 +11,11 @@ use hyper::body::{Frame, SizeHint};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use super::json::{escape_into, Obj};
+use crate::api::json::{escape_into, Obj};
 use crate::api::logs::Chunks;
+use crate::api::ApiError;
 use crate::domain::dates::push_millis;
 use crate::domain::num::push_scaled;
-
-/// Polls a future, turning a panic into `Err` so one bad request never takes a worker down.
-pub struct CatchUnwind<F>(pub F);
-
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, ()>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut self.0).poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
-            Err(_) => Poll::Ready(Err(())),
-        }
-    }
-}
-
-/// What a handler answers with when it fails.
-#[derive(Debug)]
-pub enum ApiError {
-    /// A documented error: status and exact message, optional extra fields after `error`.
-    Client(u16, String, Option<Obj>),
-    /// A body with only success/status/error (filter-shaped).
-    Bare(u16, String),
-    /// 429 with `Retry-After` seconds (login backoff).
-    TooMany(String, u64),
-    /// A bug or storage failure: logged, answered as `<prefix>: internal error`.
-    Internal(String),
-}
-
-impl ApiError {
-    pub fn new(status: u16, msg: impl Into<String>) -> ApiError {
-        ApiError::Client(status, msg.into(), None)
-    }
-    pub fn bad(msg: impl Into<String>) -> ApiError {
-        ApiError::new(400, msg)
-    }
-}
-
-impl From<crate::store::StoreError> for ApiError {
-    fn from(e: crate::store::StoreError) -> Self {
-        match e {
-            // The shared database is unreachable: retryable, unlike an internal error.
-            crate::store::StoreError::Unavailable(cause) => {
-                tracing::warn!(%cause, "database unavailable");
-                ApiError::new(503, "Service unavailable: the database cannot be reached")
-            }
-            // The disk failed a sync: writes stop until an operator restarts the service.
-            crate::store::StoreError::Halted(cause) => {
-                tracing::debug!(%cause, "write refused: storage is halted");
-                ApiError::new(
-                    503,
-                    "Service unavailable: storage failed to sync to disk; writes are refused until the service restarts",
-                )
-            }
-            e => ApiError::Internal(e.to_string()),
-        }
-    }
-}
 
 /// A finished response: status, JSON body and extra headers.
 pub struct Reply {
@@ -161,6 +103,12 @@ impl Reply {
         *r.headers_mut() = h;
         r
     }
+}
+
+/// The body of a success envelope (for `api::Envelope`: an answer kept with its write, a
+/// streamed answer's frame).
+pub fn render_success(fields: &Obj, prefix: &'static str, start_us: i64, end_us: i64) -> String {
+    envelope(Ok(fields.clone()), prefix, start_us, end_us).body
 }
 
 /// Wraps endpoint fields (or an error) in the envelope with timing.

@@ -23,13 +23,12 @@ use super::assets;
 use super::conn_io::{ConnState, ErrorAnswers, JsonErrors};
 use super::filter::{self, Pass};
 use super::idem;
-use super::json::{reference_style, Obj};
 use super::ops;
-use super::params::Params;
-use super::response::{envelope, ApiError, Body, CatchUnwind, Reply};
-use super::router::{route, Ep, Op, Routed, ROUTES};
-use crate::api::logs::LogError;
-use crate::api::{self, Rq};
+use super::response::{envelope, render_success, Body, Reply};
+use super::restyle::reference_style;
+use super::router::{self, route, Routed};
+use crate::api::params::Params;
+use crate::api::{self, Answer, ApiError, Envelope, Ep, Op, Rq};
 use crate::app::App;
 use crate::config::ResponseStyle;
 use crate::metrics;
@@ -64,7 +63,7 @@ async fn handle(
 ) -> Response<Body> {
     let _in_flight = conn.begin();
     let started = std::time::Instant::now();
-    let route = metrics::route_index(req.uri().path());
+    let route = router::index(req.uri().path());
     let rid = request_id(&req);
     // The access log's fields cost allocations: gather them only when the line will be written.
     let log_on = tracing::enabled!(target: "access", tracing::Level::INFO);
@@ -82,7 +81,8 @@ async fn handle(
         String::new()
     };
     // Unknown paths are logged as sent (bounded); known ones by their route.
-    let unknown_path = (log_on && route == ROUTES.len()).then(|| bounded(req.uri().path(), 128).to_string());
+    let unknown_path =
+        (log_on && route == api::ENDPOINTS.len()).then(|| bounded(req.uri().path(), 128).to_string());
     let mut user = None;
     // One clock reading serves the filter's limits and the envelope's start time.
     let start_us = app.clock.now_micros();
@@ -105,7 +105,7 @@ async fn handle(
     };
     // Reference style reshapes API answers only: not the operational endpoints (OpenAPI,
     // metrics, probes) nor the web page's files.
-    let api_route = ROUTES.get(route).is_some_and(|r| !matches!(r.ep, Ep::Ops(_)));
+    let api_route = api::ENDPOINTS.get(route).is_some_and(|e| !matches!(e.ep, Ep::Ops(_)));
     if app.cfg.response_style == ResponseStyle::Reference && api_route && !reply.body.is_empty() {
         reply.body = reference_style(&reply.body);
     }
@@ -113,14 +113,15 @@ async fn handle(
         tracing::error!(%cause, request_id = rid.to_str().unwrap_or("-"), "handler failed");
     }
     let elapsed = started.elapsed();
-    metrics::request_observed(route, reply.status, elapsed);
+    let labels = router::labels();
+    metrics::request_observed(labels, route, reply.status, elapsed);
     // The access log: one line per request. Never the query string, headers or body, so no
     // token, password or secret can reach it.
     tracing::info!(
         target: "access",
         request_id = rid.to_str().unwrap_or("-"),
         method = method.as_str(),
-        route = unknown_path.as_deref().unwrap_or(metrics::route_label(route)),
+        route = unknown_path.as_deref().unwrap_or(labels.get(route).copied().unwrap_or(metrics::OTHER_ROUTE)),
         status = reply.status,
         latency_us = elapsed.as_micros() as u64,
         user = user.as_deref(),
@@ -288,7 +289,7 @@ async fn dispatch(
             let allow = if head_as_get(req.uri().path()) {
                 HeaderValue::from_static("GET, HEAD")
             } else {
-                HeaderValue::from_str(m.as_str()).unwrap_or(HeaderValue::from_static("GET"))
+                HeaderValue::from_static(m)
             };
             let reply = Reply::bare(405, "405 - Method Not Allowed").header(ALLOW, allow);
             return drain(app, req.into_body(), reply).await;
@@ -359,28 +360,57 @@ async fn dispatch(
     // The request's head and body are slices of the connection's read buffer: let go of them
     // before the handler waits (for its user's lock, for durability), so the buffer is free.
     drop((parts, body));
-    let result = match parsed {
-        Err(e) => Err(e),
-        Ok(params) => {
-            let ident = match pass {
-                Pass::User(i) => Some(i),
-                Pass::Public => None,
+    let params = match parsed {
+        Ok(params) => params,
+        Err(e) => {
+            let result = Err(e);
+            return match keyed {
+                Some((run, user_id)) => {
+                    Box::pin(idem::finish(app, &user_id, run, idem, result, r.prefix, start_us)).await
+                }
+                None => envelope(result, r.prefix, start_us, app.clock.now_micros()),
             };
-            let rq =
-                Rq { params, ident, now_us: start_us, has_auth, idem: idem.take(), logs: Default::default() };
-            let res = match run(app, r.ep, r.prefix, &rq, start_us, rid).await {
-                Ok(res) => res,
-                Err(streamed) => return streamed,
-            };
-            idem = rq.idem;
-            res
         }
     };
-    match (idem, keyed) {
-        (Some(req), Some((run, user_id))) => {
-            Box::pin(idem::finish(app, &user_id, run, req, result, start_us)).await
+    let ident = match pass {
+        Pass::User(i) => Some(i),
+        Pass::Public => None,
+    };
+    let rq = Rq {
+        params,
+        ident,
+        now_us: start_us,
+        has_auth,
+        idem: idem.take(),
+        envelope: Envelope { render: render_success, prefix: r.prefix, start_us },
+    };
+    let answer = api::respond(app, r.ep, &rq, rid.to_str().unwrap_or("-")).await;
+    idem = rq.idem;
+    let result = match answer {
+        Ok(Answer::Fields(obj)) => Ok(obj),
+        Err(e) => Err(e),
+        Ok(Answer::Streamed { first, rest }) => {
+            let mut reply = Reply::json(200, String::new());
+            reply.chunks = Some((first, rest));
+            return reply;
         }
-        _ => envelope(result, r.prefix, start_us, app.clock.now_micros()),
+        // Kept with the write, or answered meanwhile by another request with the same key.
+        Ok(Answer::Kept { status, body, replayed }) => {
+            drop(keyed);
+            let reply = Reply::json(status, body);
+            return if replayed { idem::replayed(reply) } else { reply };
+        }
+        Ok(Answer::KeyMismatch) => {
+            drop(keyed);
+            let err = ApiError::new(422, idem::MISMATCH);
+            return envelope(Err(err), r.prefix, start_us, app.clock.now_micros());
+        }
+    };
+    match keyed {
+        Some((run, user_id)) => {
+            Box::pin(idem::finish(app, &user_id, run, idem, result, r.prefix, start_us)).await
+        }
+        None => envelope(result, r.prefix, start_us, app.clock.now_micros()),
     }
 }
 
@@ -393,58 +423,6 @@ fn coded(headers: &hyper::HeaderMap) -> bool {
             !c.is_empty() && !c.eq_ignore_ascii_case(b"identity")
         })
     })
-}
-
-/// Runs the handler, then fills in the logs its answer names (see `api::logs`): whole, or past
-/// `STREAM_MIN_RECORDS` records in the plain style as a stream, whose reply, finished, comes
-/// back as `Err` (the reference style reshapes a finished body, so it is never streamed). A log
-/// deleted under the answer before any of it was sent runs the handler once more, on the state
-/// after the deletion. `rid`: the request's id, for a stream's failure, logged after the answer.
-async fn run(
-    app: &Arc<App>,
-    ep: Ep,
-    prefix: &str,
-    rq: &Rq,
-    start_us: i64,
-    rid: &HeaderValue,
-) -> Result<Result<Obj, ApiError>, Reply> {
-    let mut stale = 0;
-    loop {
-        let res = match CatchUnwind(api::call(app, ep, rq)).await {
-            Ok(res) => res,
-            Err(()) => Err(ApiError::Internal("handler panicked".into())),
-        };
-        let plan = rq.logs.lock().ok().and_then(|mut p| p.take());
-        let (obj, plan) = match (res, plan) {
-            (Ok(obj), Some(plan)) => (obj, plan),
-            (res, _) => return Ok(res),
-        };
-        let failed = if plan.records() > app.cfg.stream_min_records
-            && app.cfg.response_style == ResponseStyle::Plain
-        {
-            let mut reply = envelope(Ok(obj), prefix, start_us, app.clock.now_micros());
-            let skeleton = std::mem::take(&mut reply.body);
-            match api::logs::stream(app.clone(), plan, skeleton, rid.to_str().unwrap_or("-")).await {
-                Ok(chunks) => {
-                    reply.chunks = Some(chunks);
-                    return Err(reply);
-                }
-                Err(e) => e,
-            }
-        } else {
-            match api::logs::fill(app, &plan, obj).await {
-                Ok(obj) => return Ok(Ok(obj)),
-                Err(e) => e,
-            }
-        };
-        match failed {
-            LogError::Stale if stale == 0 => stale += 1,
-            LogError::Stale => {
-                return Ok(Err(ApiError::Internal("logs kept changing under their answer".into())))
-            }
-            LogError::Failed(e) => return Ok(Err(e)),
-        }
-    }
 }
 
 /// Serves until `shutdown` resolves, then drains for up to [`DRAIN`] and flushes storage.
@@ -500,22 +478,5 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
     }
     if let Err(e) = app.users.store.flush() {
         tracing::error!(error = %e, "final flush failed");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_panicking_handler_becomes_an_error_not_a_crash() {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let fut = Box::pin(async {
-            let v: Vec<u8> = Vec::new();
-            v[1] // index out of bounds
-        });
-        assert_eq!(rt.block_on(CatchUnwind(fut)), Err(()));
-        let ok = Box::pin(async { 7 });
-        assert_eq!(rt.block_on(CatchUnwind(ok)), Ok(7));
     }
 }

@@ -9,7 +9,9 @@ use serde::de::{Deserializer as _, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::response::ApiError;
+use super::decl::{Kind, Param};
+use super::ApiError;
+use crate::domain::dates::parse_date;
 use crate::domain::num::Dec;
 
 /// One parameter as seen by a handler.
@@ -268,11 +270,6 @@ impl Params {
         }
     }
 
-    /// A required string with its own "required" message.
-    pub fn req_str(&self, name: &str, required: &str) -> Result<String, ApiError> {
-        self.str(name)?.ok_or_else(|| ApiError::bad(required))
-    }
-
     pub fn num(&self, name: &str) -> Result<NumVal, ApiError> {
         Ok(match self.get(name) {
             PVal::Missing | PVal::Empty => NumVal::Missing,
@@ -293,6 +290,99 @@ pub fn check_len(name: &str, v: Option<&str>, max: usize) -> Result<(), ApiError
         Some(s) if s.chars().count() > max => Err(ApiError::bad(format!("{name} is too long"))),
         _ => Ok(()),
     }
+}
+
+/// Reading a parameter through its declaration: presence, type, limits and messages all come
+/// from the [`Param`], so a handler holds no message or limit of its own.
+impl Params {
+    /// A text parameter (absent: `None`, or its `missing` message when required), borrowed from
+    /// the request where it can be. Its length is checked by [`Params::check_lengths`], at the
+    /// step where the endpoint's table checks lengths.
+    pub fn text_of(&self, p: &Param) -> Result<Option<Cow<'_, str>>, ApiError> {
+        match self.text(p.name)? {
+            Some(v) => Ok(Some(v)),
+            None => p.msgs.missing.map_or(Ok(None), |m| Err(ApiError::bad(m))),
+        }
+    }
+
+    /// "A string parameter too long" (SPEC 14.2): `<name> is too long` for the first of `params`,
+    /// in their order, longer than its declared limit.
+    pub fn check_lengths(&self, params: &[&Param]) -> Result<(), ApiError> {
+        for p in params {
+            if let Kind::Text { max_chars: Some(max) } = p.kind {
+                check_len(p.name, self.text(p.name)?.as_deref(), max)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A required text parameter.
+    pub fn req_text_of(&self, p: &Param) -> Result<String, ApiError> {
+        let missing = || ApiError::bad(p.msgs.missing.unwrap_or("parameter is required"));
+        self.text_of(p)?.map(Cow::into_owned).ok_or_else(missing)
+    }
+
+    /// The number of a numeric parameter, before its type's checks.
+    fn number_of(&self, p: &Param) -> Result<Option<Dec>, ApiError> {
+        match self.num(p.name)? {
+            NumVal::Missing => p.msgs.missing.map_or(Ok(None), |m| Err(ApiError::bad(m))),
+            NumVal::NotNumeric => Err(ApiError::bad(p.msgs.invalid)),
+            NumVal::Num(d) => Ok(Some(d)),
+        }
+    }
+
+    /// A numeric parameter read by its kind: cents for money, millionths, or a whole number.
+    pub fn num_of(&self, p: &Param) -> Result<Option<i64>, ApiError> {
+        let Some(d) = self.number_of(p)? else { return Ok(None) };
+        let m = &p.msgs;
+        let range = || ApiError::bad(m.out_of_range.unwrap_or(m.invalid));
+        match p.kind {
+            Kind::Money { positive } => {
+                if d.is_negative() || (positive && d.is_zero()) {
+                    return Err(range());
+                }
+                money_cents(p.name, &d).map(Some)
+            }
+            Kind::Millionths { max_millionths, positive } => {
+                if d.is_negative() || (positive && d.is_zero()) {
+                    return Err(range());
+                }
+                let large = || ApiError::bad(m.too_large.unwrap_or(m.invalid));
+                if d.abs_gt(max_millionths, 6) {
+                    return Err(large());
+                }
+                d.rounded_abs(6).and_then(|v| i64::try_from(v).ok()).map(Some).ok_or_else(large)
+            }
+            Kind::Int { min, max } => integral(&d, min, max, m.invalid).map(Some),
+            Kind::Text { .. } | Kind::Date | Kind::Bool | Kind::NumericDate => {
+                Err(ApiError::Internal(format!("{} is not declared numeric", p.name)))
+            }
+        }
+    }
+
+    /// A required numeric parameter.
+    pub fn req_num_of(&self, p: &Param) -> Result<i64, ApiError> {
+        let missing = || ApiError::bad(p.msgs.missing.unwrap_or("parameter is required"));
+        self.num_of(p)?.ok_or_else(missing)
+    }
+
+    /// A date parameter (SPEC 3.4); absent or empty is `None`, unparsable its `invalid` message.
+    pub fn date_of(&self, p: &Param) -> Result<Option<i64>, ApiError> {
+        match self.text(p.name)? {
+            None => p.msgs.missing.map_or(Ok(None), |m| Err(ApiError::bad(m))),
+            Some(s) => parse_date(&s).map(Some).ok_or_else(|| ApiError::bad(p.msgs.invalid)),
+        }
+    }
+}
+
+/// A whole number in `[min, max]`, else `invalid`.
+fn integral(d: &Dec, min: i64, max: i64, invalid: &str) -> Result<i64, ApiError> {
+    let v = if d.is_integral() && !d.abs_gt(i128::from(max.max(min.abs())), 0) {
+        d.rounded_abs(0).and_then(|v| i64::try_from(v).ok()).map(|v| if d.is_negative() { -v } else { v })
+    } else {
+        None
+    };
+    v.filter(|v| (min..=max).contains(v)).ok_or_else(|| ApiError::bad(invalid))
 }
 
 /// Largest single money amount, in cents (SPEC 3.4 step 5).

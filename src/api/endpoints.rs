@@ -1,0 +1,181 @@
+//! Every endpoint of the service (SPEC 1.1 and docs/api.md), each declared once beside its
+//! handler; this table is what the router, the OpenAPI document and the metrics labels read.
+
+use super::decl::{row, Access, Endpoint, Param, Row, Shape, Verb};
+use super::{analytics, attrs, auth, money, sync, tree};
+
+/// Which handler answers a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ep {
+    Ping,
+    Register,
+    Login,
+    GenerateToken,
+    Deposit,
+    Withdraw,
+    Distribute,
+    MoveBalance,
+    AddSubAccount,
+    SetChildAllocation,
+    Delete,
+    ListChildAccounts,
+    ListAllAccounts,
+    FindByName,
+    FindByUuid,
+    GetBalance,
+    GetTransactions,
+    TotalBalance,
+    TotalDue,
+    DueWithinDays,
+    Spending,
+    TotalIncome,
+    AllocatedAmount,
+    IncomeUtilization,
+    WalkingAmount,
+    MinimalTree,
+    ChangeStatus,
+    GetStatus,
+    SetPriority,
+    GetPriority,
+    SetDueDate,
+    GetDueDate,
+    SetFixedAmount,
+    GetFixedAmount,
+    SetAccountType,
+    GetAccountType,
+    SetFreq,
+    GetFreq,
+    SetPeriods,
+    GetPeriods,
+    /// Delta sync (docs/api.md).
+    Changes,
+    /// Operational endpoints answered by `http` itself, never by a handler.
+    Ops(Op),
+}
+
+/// The operational endpoints (docs/api.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Healthz,
+    Readyz,
+    Metrics,
+    OpenApi,
+}
+
+/// The `uuid` of most endpoints, by the text of its "required" message (SPEC keeps the
+/// reference's spellings).
+pub static UUID_LOWER: Param = Param::text("uuid", Some("uuid is required"), None, "Account uuid.");
+pub static UUID_UPPER: Param = Param::text("uuid", Some("UUID is required"), None, "Account uuid.");
+
+/// SPEC 3.6: every bearer endpoint that reads the caller's tree.
+pub const NO_TREE: Row = row!(404, "caller has no tree", "`User not found or unauthorized access`");
+
+/// An endpoint answered by `http` itself: no parameters, no table.
+const fn op(path: &'static str, op: Op, summary: &'static str) -> Endpoint {
+    Endpoint {
+        verb: Verb::Get,
+        path,
+        ep: Ep::Ops(op),
+        prefix: "",
+        summary,
+        access: Access::Public,
+        writes: false,
+        params: &[],
+        fields: &[],
+        errors: &[],
+    }
+}
+
+static PING: Endpoint = Endpoint {
+    verb: Verb::Get,
+    path: "/__ping__",
+    ep: Ep::Ping,
+    prefix: "",
+    summary: "Liveness check of the SPEC (answers {\"status\":\"ok\"})",
+    access: Access::Public,
+    writes: false,
+    params: &[],
+    fields: &[("status", Shape::Str)],
+    errors: &[],
+};
+static HEALTHZ: Endpoint = op("/healthz", Op::Healthz, "Liveness probe: the process answers");
+static READYZ: Endpoint =
+    op("/readyz", Op::Readyz, "Readiness probe: storage answers (503 when it does not)");
+static METRICS: Endpoint = op("/metrics", Op::Metrics, "Prometheus metrics (404 when METRICS_ENABLED=false)");
+static OPENAPI: Endpoint = op("/openapi.json", Op::OpenApi, "This document");
+
+/// Every route, in the order of SPEC 1.1 and then the service's own.
+pub static ENDPOINTS: &[&Endpoint] = &[
+    &PING,
+    &auth::REGISTER,
+    &auth::LOGIN,
+    &auth::GENERATE_TOKEN,
+    &money::DEPOSIT,
+    &money::WITHDRAW,
+    &money::DISTRIBUTE,
+    &money::MOVE_BALANCE,
+    &tree::ADD_SUB_ACCOUNT,
+    &tree::SET_CHILD_ALLOCATION,
+    &tree::DELETE,
+    &tree::LIST_CHILD_ACCOUNTS,
+    &tree::LIST_ALL_ACCOUNTS,
+    &tree::FIND_BY_NAME,
+    &tree::FIND_BY_UUID,
+    &analytics::GET_BALANCE,
+    &analytics::GET_TRANSACTIONS,
+    &analytics::TOTAL_BALANCE,
+    &analytics::TOTAL_DUE,
+    &analytics::DUE_WITHIN_DAYS,
+    &analytics::SPENDING,
+    &analytics::TOTAL_INCOME,
+    &analytics::ALLOCATED_AMOUNT,
+    &analytics::INCOME_UTILIZATION,
+    &analytics::WALKING_AMOUNT,
+    &analytics::MINIMAL_TREE,
+    &attrs::CHANGE_STATUS,
+    &attrs::GET_STATUS,
+    &attrs::SET_PRIORITY,
+    &attrs::GET_PRIORITY,
+    &attrs::SET_DUE_DATE,
+    &attrs::GET_DUE_DATE,
+    &attrs::SET_FIXED_AMOUNT,
+    &attrs::GET_FIXED_AMOUNT,
+    &attrs::SET_ACCOUNT_TYPE,
+    &attrs::GET_ACCOUNT_TYPE,
+    &attrs::SET_FREQ,
+    &attrs::GET_FREQ,
+    &attrs::SET_PERIODS,
+    &attrs::GET_PERIODS,
+    &HEALTHZ,
+    &READYZ,
+    &METRICS,
+    &OPENAPI,
+    &sync::CHANGES,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_endpoint_has_one_path_and_its_own_handler() {
+        for (i, a) in ENDPOINTS.iter().enumerate() {
+            for b in &ENDPOINTS[i + 1..] {
+                assert_ne!(a.path, b.path);
+                assert_ne!(a.ep, b.ep, "{} and {}", a.path, b.path);
+            }
+            assert!(!a.summary.is_empty(), "{}", a.path);
+            let mut names: Vec<&str> = a.params.iter().map(|p| p.name).collect();
+            names.dedup();
+            assert_eq!(names.len(), a.params.len(), "{}: a parameter declared twice", a.path);
+        }
+    }
+
+    #[test]
+    fn only_bearer_endpoints_write_and_only_ops_have_no_prefix() {
+        for e in ENDPOINTS {
+            assert!(!e.writes || e.access == Access::Bearer, "{}", e.path);
+            assert_eq!(e.prefix.is_empty(), matches!(e.ep, Ep::Ops(_) | Ep::Ping), "{}", e.path);
+        }
+    }
+}
