@@ -3,12 +3,15 @@
 //!
 //! A map of the crate, in the order one request travels:
 //! - [`http`]: the server (accept loop, connection bound, graceful shutdown), the global filter
-//!   (request id, CORS, bearer JWT, rate limits, backoff), the router, parameter extraction from
-//!   query/JSON/form, and the response envelope; also the operational endpoints (health probes,
-//!   metrics, the OpenAPI document generated from the route table), the access log and the
-//!   `Idempotency-Key` check and replay. Nothing below it sees hyper types.
-//! - [`api`]: one handler per endpoint, all of one shape: check parameters in the order of the
-//!   endpoint's error table, then read a snapshot or run a mutation under the user's lock.
+//!   (request id, CORS, bearer JWT, rate limits, backoff), the router, the response envelope and
+//!   the reference response style; also the operational endpoints (health probes, metrics with
+//!   their route labels, the OpenAPI document), the access log and the `Idempotency-Key` check
+//!   and replay. Nothing below it sees hyper types.
+//! - [`api`]: every endpoint declared once (`api::endpoints`, `api::decl`: method, path, each
+//!   parameter's type, limits and messages, the answer's fields, the error table), beside one
+//!   handler per endpoint, all of one shape: read parameters through their declarations in the
+//!   order of the endpoint's error table, then read a snapshot or run a mutation under the
+//!   user's lock, and return an `Answer`. It imports nothing from `http`.
 //! - [`domain`]: pure money and tree logic: exact decimals and dates, the account tree with its
 //!   precomputed aggregates, and the money engine (deposit, split, capping, rollover...).
 //! - [`store`]: the `Store` trait and its engines (embedded: journal + sled; shared by several

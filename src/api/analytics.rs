@@ -19,8 +19,12 @@ use crate::domain::tree::{
 const DEFAULT_SPAN_DAYS: i64 = 365_000;
 /// Largest `days` / `n` (D31), in millionths.
 const LOOKAHEAD_MAX_MICRO: i128 = 1_000_000_000_000;
+/// Lookahead of /get_minimal_tree without `n`: 30 days, in millionths (SPEC 8.12).
+const DEFAULT_LOOKAHEAD_MICRO: i128 = 30_000_000;
 /// Longest time series (D21).
 const SERIES_MAX_DAYS: i64 = 3660;
+/// The members of a /get_minimal_tree node the reference writes as data frames (SPEC 10.18).
+pub const TREE_NODE_FRAMES: [&str; 2] = ["transactions", "time_series"];
 /// Longest `amt_type` label (SPEC 14.2).
 const AMT_TYPE_MAX_CHARS: usize = 64;
 
@@ -565,7 +569,7 @@ pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Handled, ApiError> {
         PVal::Empty => return Err(ApiError::bad("UUID is required")),
         _ => p.text_of(&TREE_UUID)?.map(|u| u.into_owned()),
     };
-    let n_micro = p.num_of(&N)?.map_or(30_000_000, i128::from);
+    let n_micro = p.num_of(&N)?.map_or(DEFAULT_LOOKAHEAD_MICRO, i128::from);
     let (from, to) = day_range(p, &START_DATE, &END_DATE, day_of(rq.now()), true)?;
     let series = flag(p, &TS_DATA, false)?;
     // Not in SPEC: `transactions=false` leaves every node's log out (the key is absent), for a

@@ -153,6 +153,24 @@ pub static ENDPOINTS: &[&Endpoint] = &[
     &sync::CHANGES,
 ];
 
+/// Members the reference writes as R data frames (rows of plain values, SPEC 8.3, 10.18): the
+/// declared fields of that shape, and those of a /get_minimal_tree node.
+pub fn data_frames() -> &'static [&'static str] {
+    static FRAMES: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+        let mut names: Vec<&'static str> = ENDPOINTS
+            .iter()
+            .flat_map(|e| e.fields.iter())
+            .filter(|(_, shape)| matches!(shape, Shape::Rows { frame: true, .. }))
+            .map(|(name, _)| *name)
+            .chain(analytics::TREE_NODE_FRAMES)
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    });
+    &FRAMES
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +187,11 @@ mod tests {
             names.dedup();
             assert_eq!(names.len(), a.params.len(), "{}: a parameter declared twice", a.path);
         }
+    }
+
+    #[test]
+    fn the_data_frames_are_the_logs_and_the_series() {
+        assert_eq!(data_frames(), ["time_series", "transactions"]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! of a log (SPEC 8.3, 8.12), and a log has no bound. Built whole, one such answer took several
 //! times its own size in memory (a few concurrent ones, gigabytes) and held a worker for
 //! seconds. So a handler writes a marker where a log's array goes and leaves its snapshot in a
-//! [`LogPlan`]; `http` then has the logs filled in page by page: whole when they are short
+//! [`LogPlan`]; `api::respond` then has the logs filled in page by page: whole when they are short
 //! ([`fill`]), else streamed in chunks as they are written ([`stream`]), so memory stays bounded
 //! by a page and a few chunks, and the workers serve other requests between pages.
 //!

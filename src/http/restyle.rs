@@ -1,9 +1,13 @@
 //! The reference response style (`RESPONSE_STYLE=reference`): our answers re-rendered as the
 //! reference's R serializer writes the same values.
 
-/// Names under which the reference builds an R data frame (SPEC 8.3, 10.18): jsonlite writes
-/// those as arrays of row objects with plain values, every other list member boxed.
-const DATA_FRAMES: [&str; 2] = ["\"transactions\"", "\"time_series\""];
+/// Whether a member's quoted key names one under which the reference builds an R data frame
+/// (the endpoints' declarations say which): jsonlite writes those as arrays of row objects
+/// with plain values, every other list member boxed.
+fn is_frame(quoted_key: &str) -> bool {
+    let key = quoted_key.strip_prefix('"').and_then(|k| k.strip_suffix('"')).unwrap_or("");
+    crate::api::endpoints::data_frames().contains(&key)
+}
 
 /// Re-renders one of our JSON answers as the reference's jsonlite serializer would write the same
 /// R values (docs/hostile-input.md, `RESPONSE_STYLE=reference`; SPEC 3.5 and D1 describe the differences):
@@ -95,7 +99,7 @@ impl Restyle<'_> {
             loop {
                 let key = self.string()?.to_string();
                 self.eat(b':')?;
-                let frame = DATA_FRAMES.contains(&key.as_str());
+                let frame = is_frame(&key);
                 if !boxed && self.peek()? == b'n' {
                     self.atom()?;
                 } else {
