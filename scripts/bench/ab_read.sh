@@ -11,13 +11,16 @@ BASE=$(realpath "$1"); NEW=$(realpath "$2")
 cd "$(dirname "$0")/../.."
 DUR=${3:-5}; ROUNDS=${4:-3}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
-cargo build --release --example bare_hyper >/dev/null
+# The baselines are examples, built apart (target/examples): an example turns on the tests'
+# feature (test-hooks) for every target built with it, and the measured pfm must be the
+# release binary as shipped.
+CARGO_TARGET_DIR=target/examples cargo build --release --example bare_hyper >/dev/null
 mkdir -p target/bench-tmp
 W=$(mktemp -d -p target/bench-tmp ab.XXXXXX)
 SECRET=read-bench-secret-read-bench-secret-00
 fp() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 BP=$(fp); AP=$(fp); NP=$(fp)
-./target/release/examples/bare_hyper $BP & BARE=$!
+./target/examples/release/examples/bare_hyper $BP & BARE=$!
 JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "$BASE" --port $AP --data-dir $W/a >/dev/null 2>&1 & A=$!
 env ${NEW_ENV:-} JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "$NEW" --port $NP --data-dir $W/n >/dev/null 2>&1 & N=$!
 trap 'kill $BARE $A $N 2>/dev/null; wait $BARE $A $N 2>/dev/null; rm -rf "$W"' EXIT

@@ -15,7 +15,11 @@ WARM=${WARM:-25}
 DUR=${DUR:-10}
 WRK_CPU=${WRK_CPU:-1}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
-cargo build --release --bin pfm --example raw_append >/dev/null
+# The baselines are examples, built apart (target/examples): an example turns on the tests'
+# feature (test-hooks) for every target built with it, and the measured pfm must be the
+# release binary as shipped.
+cargo build --release --bin pfm >/dev/null
+CARGO_TARGET_DIR=target/examples cargo build --release --example raw_append >/dev/null
 BIN_A=${BIN_A:-target/release/pfm}
 BIN_B=${BIN_B:-$BIN_A}
 mkdir -p target/bench-tmp
@@ -23,7 +27,7 @@ WORK=$(mktemp -d -p target/bench-tmp ab.XXXXXX)
 SECRET=durable-bench-secret-durable-bench-000
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 RAW_PORT=$(free_port)
-./target/release/examples/raw_append "$RAW_PORT" "$WORK/raw" & RAW=$!
+./target/examples/release/examples/raw_append "$RAW_PORT" "$WORK/raw" & RAW=$!
 PFM=
 trap 'kill $RAW $PFM 2>/dev/null; wait $RAW $PFM 2>/dev/null; rm -rf "$WORK"' EXIT
 python3 scripts/bench/pfm_bench.py raw-lua "$WORK/raw.lua"

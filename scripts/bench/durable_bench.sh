@@ -14,7 +14,11 @@ USERS=${USERS:-256}
 WRK_CPU=${WRK_CPU-1}
 SERVER_CPU=${SERVER_CPU-}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
-cargo build --release --bin pfm --example raw_append >/dev/null
+# The baselines are examples, built apart (target/examples): an example turns on the tests'
+# feature (test-hooks) for every target built with it, and the measured pfm must be the
+# release binary as shipped.
+cargo build --release --bin pfm >/dev/null
+CARGO_TARGET_DIR=target/examples cargo build --release --example raw_append >/dev/null
 # Both data directories on the disk the project is on (not a tmpfs), so fdatasync is real.
 mkdir -p target/bench-tmp
 WORK=$(mktemp -d -p target/bench-tmp durable.XXXXXX)
@@ -26,7 +30,7 @@ pin_server=()
 [ -n "$SERVER_CPU" ] && pin_server=(taskset -c "$SERVER_CPU")
 pin_wrk=()
 [ -n "$WRK_CPU" ] && pin_wrk=(taskset -c "$WRK_CPU")
-"${pin_server[@]}" ./target/release/examples/raw_append "$RAW_PORT" "$WORK/raw" & RAW=$!
+"${pin_server[@]}" ./target/examples/release/examples/raw_append "$RAW_PORT" "$WORK/raw" & RAW=$!
 JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn \
   "${pin_server[@]}" ./target/release/pfm --host 127.0.0.1 --port "$PFM_PORT" --data-dir "$WORK/pfm" & PFM=$!
 trap 'kill $RAW $PFM 2>/dev/null; wait $RAW $PFM 2>/dev/null; rm -rf "$WORK"' EXIT

@@ -20,8 +20,11 @@ DAYS=${DAYS:-700}
 PER_DAY=${PER_DAY:-2}
 SETTLE=${SETTLE:-2}
 ROUNDS=${ROUNDS:-4}
-# The same build as durable_bench.sh, so the two scripts do not rebuild each other's features.
-cargo build --release --bin pfm --example raw_append >/dev/null
+# The baselines are examples, built apart (target/examples): an example turns on the tests'
+# feature (test-hooks) for every target built with it, and the measured pfm must be the
+# release binary as shipped.
+cargo build --release --bin pfm >/dev/null
+CARGO_TARGET_DIR=target/examples cargo build --release --example raw_append >/dev/null
 mkdir -p target/bench-tmp
 WORK=$(mktemp -d -p target/bench-tmp history.XXXXXX)
 SECRET=history-bench-secret-history-bench-000

@@ -6,12 +6,16 @@ cd "$(dirname "$0")/../.."
 DUR=${1:-5}
 CONNS=${2:-64}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
-cargo build --release --bin pfm --example bare_hyper >/dev/null
+# The baselines are examples, built apart (target/examples): an example turns on the tests'
+# feature (test-hooks) for every target built with it, and the measured pfm must be the
+# release binary as shipped.
+cargo build --release --bin pfm >/dev/null
+CARGO_TARGET_DIR=target/examples cargo build --release --example bare_hyper >/dev/null
 DATA=$(mktemp -d)
 SECRET=loadtest-secret-loadtest-secret-000
 BARE_PORT=18001
 PFM_PORT=18002
-./target/release/examples/bare_hyper $BARE_PORT & BARE=$!
+./target/examples/release/examples/bare_hyper $BARE_PORT & BARE=$!
 JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn ./target/release/pfm --port $PFM_PORT --data-dir "$DATA" & PFM=$!
 # The data directory goes once pfm has stopped (it flushes on SIGTERM).
 trap 'kill $BARE $PFM 2>/dev/null; wait $BARE $PFM 2>/dev/null; rm -rf "$DATA"' EXIT
