@@ -297,6 +297,13 @@ pub enum Op {
 }
 
 impl Op {
+    /// The user the operation writes.
+    pub fn user(&self) -> &UserRecord {
+        match self {
+            Op::Commit { user, .. } | Op::DeleteUser { user } => user,
+        }
+    }
+
     /// Rows the operation writes (the commit-size metric).
     pub fn rows(&self) -> usize {
         match self {

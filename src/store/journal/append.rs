@@ -2,6 +2,8 @@
 //! answers them in order and stages them; segments are zero-filled ahead by the spare thread
 //! and started (rotated) when full.
 
+use std::collections::HashSet;
+
 use super::*;
 
 /// The segment being appended to: `pos` is where the next batch goes; `cap` the size it was
@@ -111,7 +113,7 @@ pub(super) fn append_loop(
     let seg_bytes = shared.segment_bytes;
     let prepare_after = seg_bytes / PREPARE_SHARE;
     let mut spare = Spare::Idle;
-    let mut poisoned: HashMap<u64, ()> = HashMap::new();
+    let mut poisoned = Poisoned::default();
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     // The last record written: the next segment is named one past it (not after the first
     // record it will hold, which refused writes can leave a gap before).
@@ -131,11 +133,13 @@ pub(super) fn append_loop(
         // Frames are encoded here rather than on the async workers, which on a small machine
         // are what limits the write rate; this thread mostly waits for the disk. One that
         // cannot be encoded fails like a failed append: with every write built on it.
+        let mut refused = false;
         let batch: Vec<Entry> = batch
             .into_iter()
             .filter_map(|mut e| {
-                if broken || poisoned.contains_key(&e.basis) {
-                    return Some(e); // refused below, unencoded
+                if broken || poisoned.refuses(&e.op, e.basis) {
+                    refused = true;
+                    return Some(e); // refused below, left unencoded (every frame has bytes)
                 }
                 match encode_frame_body(&e.op) {
                     Ok((mut frame, spans)) => {
@@ -146,7 +150,7 @@ pub(super) fn append_loop(
                     }
                     Err(err) => {
                         tracing::error!(error = %err, seq = e.seq, "a write could not be encoded; it and the writes built on it are refused");
-                        poisoned.insert(e.basis, ());
+                        poisoned.insert(&e.op, e.basis);
                         forget_txids(shared, std::iter::once(&*e.op));
                         let _ = e.ack.send(Err(err));
                         None
@@ -155,11 +159,8 @@ pub(super) fn append_loop(
             })
             .collect();
         // (An entry is most of a KB: the usual batch, all of it live, is not copied apart.)
-        let (live, dead): (Vec<Entry>, Vec<Entry>) = if !broken && poisoned.is_empty() {
-            (batch, Vec::new())
-        } else {
-            batch.into_iter().partition(|e| !broken && !poisoned.contains_key(&e.basis))
-        };
+        let (live, dead): (Vec<Entry>, Vec<Entry>) =
+            if !refused { (batch, Vec::new()) } else { batch.into_iter().partition(|e| !e.frame.is_empty()) };
         // Ids of refused operations leave the 409 index before their answer goes out, so a
         // retry is never told "already made".
         forget_txids(shared, dead.iter().map(|e| &*e.op));
@@ -243,7 +244,7 @@ pub(super) fn append_loop(
                 let msg = format!("journal append failed: {err}");
                 forget_txids(shared, live.iter().map(|e| &*e.op));
                 for e in live {
-                    poisoned.insert(e.basis, ());
+                    poisoned.insert(&e.op, e.basis);
                     let r = if shared.halt.is_on() {
                         shared.halt.error()
                     } else {
@@ -254,6 +255,57 @@ pub(super) fn append_loop(
                 finish_batch(shared, lanes, Vec::new(), Vec::new(), last_seq, 0);
             }
         }
+    }
+}
+
+/// Bases of failed writes: a later write with one of them was computed from a state that
+/// held the lost write, so it is refused too (see [`Store::commit`]). Bounded by users, not by
+/// failures: a user's writes in flight all share one basis, and its writer computes afresh, on a
+/// new basis, only once every one of them was answered (`Users::lock`). So the first write of a
+/// user on another basis shows that no write queued after it refers to the failed one, and the
+/// entry goes: at most one per user whose last write failed.
+#[derive(Default)]
+pub(super) struct Poisoned {
+    bases: HashSet<u64>,
+    /// The failed basis of each user that has one, by user id (the writer's lock is per id).
+    by_user: HashMap<Text, u64>,
+}
+
+impl Poisoned {
+    /// Whether the write `op` on `basis` builds on a failed write. A write of a user on another
+    /// basis than its failed one first clears that one.
+    pub(super) fn refuses(&mut self, op: &Op, basis: u64) -> bool {
+        if self.bases.is_empty() {
+            return false;
+        }
+        let user = &op.user().user_id;
+        if let Some(&failed) = self.by_user.get(user).filter(|&&b| b != basis) {
+            self.by_user.remove(user);
+            self.forget(failed);
+        }
+        self.bases.contains(&basis)
+    }
+
+    /// Records that the write `op` on `basis` failed.
+    pub(super) fn insert(&mut self, op: &Op, basis: u64) {
+        let user = op.user().user_id.clone();
+        if let Some(old) = self.by_user.insert(user, basis).filter(|&b| b != basis) {
+            self.forget(old);
+        }
+        self.bases.insert(basis);
+    }
+
+    /// Drops `basis` unless another user's failed write holds it too (bases are per load in
+    /// `Users`, but a caller such as `pfm migrate` passes one for all).
+    fn forget(&mut self, basis: u64) {
+        if !self.by_user.values().any(|&b| b == basis) {
+            self.bases.remove(&basis);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.bases.len().max(self.by_user.len())
     }
 }
 
@@ -363,4 +415,57 @@ pub(super) fn rotate(shared: &Shared, first_seq: u64, zeroed: Option<JFile>) -> 
     }
     shared.segments.lock().push((first_seq, p.clone()));
     Ok(Segment { file, path: p, pos: 0, cap, first_seq })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::tree::Ledger;
+
+    fn delete(user: &str) -> Op {
+        let user = UserRecord {
+            user_id: user.into(),
+            user_no: 1,
+            password_hash: None,
+            role: "user".into(),
+            created_at: 0,
+            root: 1,
+            ledger: Ledger::default(),
+        };
+        Op::DeleteUser { user }
+    }
+
+    /// A failure refuses every later write on its basis until its user writes on a new one:
+    /// failures without end, each followed by a fresh write, keep at most one entry per user.
+    #[test]
+    fn failed_bases_stay_one_per_user_and_go_once_the_user_computes_afresh() {
+        let mut p = Poisoned::default();
+        let users: Vec<Op> = (0..50).map(|i| delete(&format!("u{i}"))).collect();
+        let outsider = delete("outsider");
+        let mut basis = 0u64;
+        for _ in 0..200 {
+            for op in &users {
+                basis += 1;
+                assert!(!p.refuses(op, basis), "a fresh basis is never refused");
+                p.insert(op, basis);
+                assert!(p.refuses(op, basis), "a write built on the failed one");
+                assert!(p.refuses(&outsider, basis), "the same basis, whoever sends it");
+            }
+            assert!(p.len() <= users.len(), "{} entries", p.len());
+        }
+        // Each user writes once more, on a new basis: nothing is left.
+        for op in &users {
+            basis += 1;
+            assert!(!p.refuses(op, basis));
+        }
+        assert_eq!(p.len(), 0);
+        // One basis shared by two users' failed writes stays until both have moved on.
+        p.insert(&users[0], 7);
+        p.insert(&users[1], 7);
+        assert!(!p.refuses(&users[0], 8));
+        assert!(p.refuses(&users[2], 7));
+        assert!(!p.refuses(&users[1], 9));
+        assert!(!p.refuses(&users[2], 7));
+        assert_eq!(p.len(), 0);
+    }
 }
