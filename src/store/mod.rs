@@ -11,6 +11,7 @@ pub mod pg;
 pub mod sled_store;
 pub mod users;
 mod v1;
+pub mod writes;
 
 use std::future::Future;
 use std::pin::Pin;

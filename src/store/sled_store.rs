@@ -7,13 +7,14 @@ use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::domain::engine::{Change, TxRecord};
+use crate::domain::engine::TxRecord;
 use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
 use crate::domain::txid::IdKey;
 
 use super::codec::{self, decode, decode_compat, encode, Val};
 use super::overlay::{successor, Row, RowKey, Rows};
 use super::v1::AccountV1;
+use super::writes::{row_writes, RowWrite};
 use super::{IdemRecord, Op, StoreError, SyncRow, UserMeta, UserRecord};
 use sled::IVec;
 
@@ -625,79 +626,68 @@ fn rows_from(
     id_secret: Option<[u64; 2]>,
 ) -> Result<(), StoreError> {
     let src = Source(encoded);
-    match op {
-        Op::Commit { user, change, sync, idem } => {
-            src.put(out, codec::user_key(&user.user_id), user, |s| Some(&s.user))?;
-            let key = id_secret.map(|s| IdKey::new(s, user.user_no));
-            change_rows(r, out, src, user.user_no, change, key.as_ref().map(|k| (k, user.root)))?;
-            if let Some(row) = sync {
-                src.put(out, codec::change_key(user.user_no, row.knowledge), row, |s| s.sync.as_ref())?;
-            }
-            if let Some(w) = idem {
-                for k in &w.remove {
-                    out.push((codec::idem_key(user.user_no, k), None));
-                }
-                if let Some(rec) = &w.put {
-                    src.put(out, codec::idem_key(user.user_no, &rec.key), rec, |s| s.idem_put.as_ref())?;
-                }
-            }
+    let no = op.user().user_no;
+    let key = id_secret.map(|s| IdKey::new(s, no));
+    // Where the records', day rows' and tracker rows' values start in `ValueSpans::rows`.
+    let (records, days, track) = match op {
+        Op::Commit { change: c, .. } => {
+            let records = c.accounts.len();
+            (records, records + c.records.len(), records + c.records.len() + c.days.len())
         }
-        Op::DeleteUser { user } => {
+        Op::DeleteUser { .. } => (0, 0, 0),
+    };
+    row_writes(op, key.as_ref(), |w| match w {
+        RowWrite::User(user) => src.put(out, codec::user_key(&user.user_id), user, |s| Some(&s.user)),
+        RowWrite::Account { i, account } => {
+            src.put(out, codec::account_key(no, account.uuid), account, |s| s.rows.get(i))
+        }
+        RowWrite::Record { i, acc, seq, rec } => {
+            src.put(out, codec::log_key(no, acc, seq), rec, |s| s.rows.get(records + i))
+        }
+        // `new` needs no check here: this engine has one writer per user, whose check under the
+        // user's lock (`WriteGuard::main_txid_exists`) is exact.
+        RowWrite::Txid { id, .. } => {
+            out.push((codec::txid_key(no, id), Some(Val::Bytes(IVec::default()))));
+            Ok(())
+        }
+        RowWrite::Day { i, acc, day, sums } => {
+            src.put(out, codec::day_key(codec::DAY, no, acc, day), sums, |s| s.rows.get(days + i))
+        }
+        RowWrite::Track { i, acc, day, row } => {
+            src.put(out, codec::day_key(codec::TRACK, no, acc, day), row, |s| s.rows.get(track + i))
+        }
+        RowWrite::RemoveAccount(id) => {
+            out.push((codec::account_key(no, id), None));
+            // Log rows are single records or runs: their keys are listed, like day and tracker
+            // rows (one per day with activity).
+            remove_listed(
+                r,
+                out,
+                [codec::LOG, codec::DAY, codec::TRACK].map(|t| codec::account_prefix(t, no, id)),
+            )
+        }
+        RowWrite::Change(row) => src.put(out, codec::change_key(no, row.knowledge), row, |s| s.sync.as_ref()),
+        RowWrite::IdemRemove(k) => {
+            out.push((codec::idem_key(no, k), None));
+            Ok(())
+        }
+        RowWrite::IdemPut(rec) => src.put(out, codec::idem_key(no, &rec.key), rec, |s| s.idem_put.as_ref()),
+        RowWrite::RemoveUser(user) => {
             out.push((codec::user_key(&user.user_id), None));
-            for tag in codec::USER_TAGS {
-                for (k, _) in r.prefix_rows(&codec::user_prefix(tag, user.user_no))? {
-                    out.push((codec::Key::from(&*k), None));
-                }
-            }
+            remove_listed(r, out, codec::USER_TAGS.map(|t| codec::user_prefix(t, no)))
         }
-    }
-    Ok(())
+    })
 }
 
-/// `derived`: the user's id key and main account. An id that key derives from the sequence
-/// number of the main account's record carrying it is found from the log itself, so it gets no
-/// index row (see `domain::txid`).
-fn change_rows(
+/// Removes every row under each of `prefixes`, found by listing them in `r`.
+fn remove_listed<const N: usize>(
     r: &dyn Rows,
     out: &mut Vec<Row>,
-    src: Source<'_>,
-    no: u64,
-    c: &Change,
-    derived: Option<(&IdKey, AccountId)>,
+    prefixes: [codec::Key; N],
 ) -> Result<(), StoreError> {
-    // Where the records', day rows' and tracker rows' values start in `ValueSpans::rows`.
-    let records = c.accounts.len();
-    let days = records + c.records.len();
-    let track = days + c.days.len();
-    for (i, a) in c.accounts.iter().enumerate() {
-        src.put(out, codec::account_key(no, a.uuid), &**a, |s| s.rows.get(i))?;
-    }
-    for (i, (acc, seq, rec)) in c.records.iter().enumerate() {
-        src.put(out, codec::log_key(no, *acc, *seq), rec, |s| s.rows.get(records + i))?;
-    }
-    let is_derived = |id: &str| {
-        derived.is_some_and(|(k, root)| {
-            k.seq(id)
-                .is_some_and(|s| c.records.iter().any(|(a, q, rec)| *a == root && *q == s && rec.id == id))
-        })
-    };
-    for id in c.main_txids.iter().filter(|id| !is_derived(id)) {
-        out.push((codec::txid_key(no, id), Some(Val::Bytes(IVec::default()))));
-    }
-    for (i, (acc, day, sums)) in c.days.iter().enumerate() {
-        src.put(out, codec::day_key(codec::DAY, no, *acc, *day), sums, |s| s.rows.get(days + i))?;
-    }
-    for (i, (acc, day, row)) in c.track.iter().enumerate() {
-        src.put(out, codec::day_key(codec::TRACK, no, *acc, *day), row, |s| s.rows.get(track + i))?;
-    }
-    for (id, _) in &c.removed {
-        out.push((codec::account_key(no, *id), None));
-        // Log rows are single records or runs: their keys are listed, like day and tracker
-        // rows (one per day with activity).
-        for tag in [codec::LOG, codec::DAY, codec::TRACK] {
-            for (k, _) in r.prefix_rows(&codec::account_prefix(tag, no, *id))? {
-                out.push((codec::Key::from(&*k), None));
-            }
+    for prefix in prefixes {
+        for (k, _) in r.prefix_rows(&prefix)? {
+            out.push((codec::Key::from(&*k), None));
         }
     }
     Ok(())
@@ -706,6 +696,7 @@ fn change_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::engine::Change;
     use crate::store::overlay::Overlay;
 
     /// A lock held elsewhere reads "in use"; any other failure says what it was.
@@ -812,9 +803,19 @@ mod tests {
         assert_eq!(ids(&read_log(r, no, a, 120, 135).unwrap()), want(120..135));
         assert_eq!(ids(&read_log(r, no, a, 0, 300).unwrap()), want(0..300));
         // Removing the account lists its runs and singles and removes every one.
+        let user = UserRecord {
+            user_id: "u".into(),
+            user_no: no,
+            password_hash: None,
+            role: "user".into(),
+            created_at: 0,
+            root: b,
+            ledger: Default::default(),
+        };
         let change = Change { removed: vec![(a, 300)], ..Change::default() };
+        let op = Op::Commit { user, change, sync: None, idem: None };
         let mut out = Vec::new();
-        change_rows(r, &mut out, Source(None), no, &change, None).unwrap();
+        rows_into(r, &mut out, &op, None).unwrap();
         s.apply_rows(out.iter().map(|(k, v)| (&**k, v.as_ref())), None).unwrap();
         assert!(read_log(r, no, a, 0, 300).unwrap().is_empty());
         assert_eq!(s.db.scan_prefix(codec::account_prefix(codec::LOG, no, a)).count(), 0);
@@ -868,43 +869,6 @@ mod tests {
         std::fs::remove_file(blobs.join("12")).unwrap();
         s.flush().unwrap();
         assert_eq!(synced(), [40, 41]);
-    }
-
-    #[test]
-    fn only_ids_the_key_derives_from_their_main_record_skip_the_index() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = SledStore::open(dir.path()).unwrap();
-        let key = IdKey::new([3, 4], 9);
-        let (no, root, child) = (9u64, 1u128, 2u128);
-        let with_id = |id: &str| TxRecord { id: id.into(), ..rec(0) };
-        let derived0 = key.id(0).unwrap();
-        let derived5 = key.id(5).unwrap();
-        let change = Change {
-            records: vec![
-                (root, 0, with_id(&derived0)),
-                // The derived id of seq 5, but at seq 1 (say, a client sent it): indexed.
-                (root, 1, with_id(&derived5)),
-                (root, 2, with_id("T1")),
-                // A derived id whose record is not the main account's: indexed.
-                (child, 7, with_id(&key.id(7).unwrap())),
-            ],
-            main_txids: vec![
-                derived0.as_str().into(),
-                derived5.as_str().into(),
-                "T1".into(),
-                key.id(7).unwrap(),
-            ],
-            ..Change::default()
-        };
-        let txid_rows = |derived: Option<(&IdKey, AccountId)>| -> Vec<codec::Key> {
-            let mut out = Vec::new();
-            change_rows(&db.db, &mut out, Source(None), no, &change, derived).unwrap();
-            out.into_iter().map(|(k, _)| k).filter(|k| k.first() == Some(&codec::MAIN_TXID)).collect()
-        };
-        let want = |ids: &[&str]| ids.iter().map(|id| codec::txid_key(no, id)).collect::<Vec<_>>();
-        assert_eq!(txid_rows(Some((&key, root))), want(&[&derived5, "T1", &key.id(7).unwrap()]));
-        // Without a key (pg, tests) every id is indexed, as before.
-        assert_eq!(txid_rows(None), want(&[&derived0, &derived5, "T1", &key.id(7).unwrap()]));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Writes: the rows of one operation, in the transaction that commits it.
+//! Writes: the rows of one operation ([`row_writes`], the mapping both engines share), gathered
+//! by table and written in the transaction that commits them, one statement per table.
 
 use std::collections::BTreeSet;
 
@@ -6,99 +7,160 @@ use deadpool_postgres::ClientWrapper;
 use uuid::Uuid;
 
 use super::sql::{col, is_unique, pg_err, signed, uid, unsigned};
-use crate::domain::engine::Change;
-use crate::domain::tree::{AccountId, Text};
 use crate::store::codec::encode;
-use crate::store::{Op, StoreError};
+use crate::store::writes::{row_writes, RowWrite};
+use crate::store::{IdemRecord, Op, StoreError, SyncRow, UserRecord};
 
-/// Writes the rows of `op` in the current transaction; returns the user's new version.
-pub(super) async fn apply(c: &ClientWrapper, op: &Op) -> Result<u64, StoreError> {
-    match op {
-        Op::Commit { user, change, sync, idem } => {
-            let no = signed(user.user_no)?;
-            let st = c
-                .prepare_cached(
-                    "INSERT INTO users (user_no, user_id, version, record) VALUES ($1, $2, 1, $3) \
-                     ON CONFLICT (user_no) DO UPDATE SET record = EXCLUDED.record, version = users.version + 1 \
-                     RETURNING version",
-                )
-                .await
-                .map_err(pg_err)?;
-            let row =
-                c.query_one(&st, &[&no, &user.user_id.as_str(), &encode(user)?]).await.map_err(|e| {
-                    if is_unique(&e, "users_user_id_key") {
-                        StoreError::UserExists
-                    } else {
-                        pg_err(e)
-                    }
-                })?;
-            let version = unsigned(col(&row, 0)?)?;
-            change_rows(c, no, user.root, change).await?;
-            if let Some(row) = sync {
-                let st = c
-                    .prepare_cached("INSERT INTO change_rows (user_no, knowledge, body) VALUES ($1, $2, $3)")
-                    .await
-                    .map_err(pg_err)?;
-                c.execute(&st, &[&no, &signed(row.knowledge)?, &encode(row)?]).await.map_err(pg_err)?;
-            }
-            if let Some(w) = idem {
-                if !w.remove.is_empty() {
-                    let st = c
-                        .prepare_cached("DELETE FROM idem_keys WHERE user_no = $1 AND key = ANY($2)")
-                        .await
-                        .map_err(pg_err)?;
-                    c.execute(&st, &[&no, &w.remove]).await.map_err(pg_err)?;
-                }
-                if let Some(r) = &w.put {
-                    let st = c
-                        .prepare_cached(
-                            "INSERT INTO idem_keys (user_no, key, body) VALUES ($1, $2, $3) \
-                             ON CONFLICT (user_no, key) DO UPDATE SET body = EXCLUDED.body",
-                        )
-                        .await
-                        .map_err(pg_err)?;
-                    c.execute(&st, &[&no, &r.key, &encode(r)?]).await.map_err(pg_err)?;
-                }
-            }
-            Ok(version)
-        }
-        Op::DeleteUser { user } => {
-            let no = signed(user.user_no)?;
-            for table in [
-                "accounts",
-                "log_records",
-                "day_rows",
-                "tracker_rows",
-                "main_txids",
-                "change_rows",
-                "idem_keys",
-                "users",
-            ] {
-                let st = c
-                    .prepare_cached(&format!("DELETE FROM {table} WHERE user_no = $1"))
-                    .await
-                    .map_err(pg_err)?;
-                c.execute(&st, &[&no]).await.map_err(pg_err)?;
-            }
-            Ok(0)
-        }
+/// Rows keyed by account and a number (log records by sequence number, day and tracker rows by
+/// day), as the arrays of one `unnest` insert.
+#[derive(Default)]
+struct Keyed {
+    accounts: Vec<Uuid>,
+    numbers: Vec<i64>,
+    bodies: Vec<Vec<u8>>,
+}
+
+impl Keyed {
+    fn push(&mut self, acc: u128, n: i64, body: Vec<u8>) {
+        self.accounts.push(uid(acc));
+        self.numbers.push(n);
+        self.bodies.push(body);
     }
 }
 
-async fn change_rows(c: &ClientWrapper, no: i64, root: AccountId, ch: &Change) -> Result<(), StoreError> {
-    if !ch.removed.is_empty() {
-        let ids: Vec<Uuid> = ch.removed.iter().map(|(id, _)| uid(*id)).collect();
+/// An operation's rows, by table.
+#[derive(Default)]
+struct Tables<'a> {
+    user: Option<&'a UserRecord>,
+    removed_user: Option<&'a UserRecord>,
+    removed: Vec<Uuid>,
+    account_ids: Vec<Uuid>,
+    account_bodies: Vec<Vec<u8>>,
+    records: Keyed,
+    days: Keyed,
+    track: Keyed,
+    /// Ids that must be new (a deposit's into the main account), and ids that may repeat.
+    new_txids: BTreeSet<&'a str>,
+    txids: BTreeSet<&'a str>,
+    change: Option<&'a SyncRow>,
+    idem_removed: Vec<&'a str>,
+    idem_put: Option<&'a IdemRecord>,
+}
+
+impl<'a> Tables<'a> {
+    fn of(op: &'a Op) -> Result<Tables<'a>, StoreError> {
+        let mut t = Tables::default();
+        // PostgreSQL derives no ids (its `Store::id_key` is `None`): every id is indexed.
+        row_writes(op, None, |w| {
+            match w {
+                RowWrite::User(u) => t.user = Some(u),
+                RowWrite::Account { account, .. } => {
+                    t.account_ids.push(uid(account.uuid));
+                    t.account_bodies.push(encode(account)?);
+                }
+                RowWrite::Record { acc, seq, rec, .. } => t.records.push(acc, signed(seq)?, encode(rec)?),
+                RowWrite::Txid { id, new: true } => _ = t.new_txids.insert(id),
+                RowWrite::Txid { id, new: false } => _ = t.txids.insert(id),
+                RowWrite::Day { acc, day, sums, .. } => t.days.push(acc, day, encode(sums)?),
+                RowWrite::Track { acc, day, row, .. } => t.track.push(acc, day, encode(row)?),
+                RowWrite::RemoveAccount(acc) => t.removed.push(uid(acc)),
+                RowWrite::Change(row) => t.change = Some(row),
+                RowWrite::IdemRemove(k) => t.idem_removed.push(k),
+                RowWrite::IdemPut(r) => t.idem_put = Some(r),
+                RowWrite::RemoveUser(u) => t.removed_user = Some(u),
+            }
+            Ok(())
+        })?;
+        // An id that must be new is not written again as one that may repeat.
+        t.txids.retain(|id| !t.new_txids.contains(id));
+        Ok(t)
+    }
+}
+
+/// Writes the rows of `op` in the current transaction; returns the user's new version (0 once
+/// removed).
+pub(super) async fn apply(c: &ClientWrapper, op: &Op) -> Result<u64, StoreError> {
+    let t = Tables::of(op)?;
+    if let Some(user) = t.removed_user {
+        delete_user(c, signed(user.user_no)?).await?;
+        return Ok(0);
+    }
+    let user = t.user.ok_or(StoreError::Bug("a commit without its user record"))?;
+    let no = signed(user.user_no)?;
+    let st = c
+        .prepare_cached(
+            "INSERT INTO users (user_no, user_id, version, record) VALUES ($1, $2, 1, $3) \
+             ON CONFLICT (user_no) DO UPDATE SET record = EXCLUDED.record, version = users.version + 1 \
+             RETURNING version",
+        )
+        .await
+        .map_err(pg_err)?;
+    let row = c.query_one(&st, &[&no, &user.user_id.as_str(), &encode(user)?]).await.map_err(|e| {
+        if is_unique(&e, "users_user_id_key") {
+            StoreError::UserExists
+        } else {
+            pg_err(e)
+        }
+    })?;
+    let version = unsigned(col(&row, 0)?)?;
+    tree_rows(c, no, &t).await?;
+    if let Some(row) = t.change {
+        let st = c
+            .prepare_cached("INSERT INTO change_rows (user_no, knowledge, body) VALUES ($1, $2, $3)")
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &signed(row.knowledge)?, &encode(row)?]).await.map_err(pg_err)?;
+    }
+    if !t.idem_removed.is_empty() {
+        let st = c
+            .prepare_cached("DELETE FROM idem_keys WHERE user_no = $1 AND key = ANY($2)")
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &t.idem_removed]).await.map_err(pg_err)?;
+    }
+    if let Some(r) = t.idem_put {
+        let st = c
+            .prepare_cached(
+                "INSERT INTO idem_keys (user_no, key, body) VALUES ($1, $2, $3) \
+                 ON CONFLICT (user_no, key) DO UPDATE SET body = EXCLUDED.body",
+            )
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &r.key, &encode(r)?]).await.map_err(pg_err)?;
+    }
+    Ok(version)
+}
+
+async fn delete_user(c: &ClientWrapper, no: i64) -> Result<(), StoreError> {
+    for table in [
+        "accounts",
+        "log_records",
+        "day_rows",
+        "tracker_rows",
+        "main_txids",
+        "change_rows",
+        "idem_keys",
+        "users",
+    ] {
+        let st =
+            c.prepare_cached(&format!("DELETE FROM {table} WHERE user_no = $1")).await.map_err(pg_err)?;
+        c.execute(&st, &[&no]).await.map_err(pg_err)?;
+    }
+    Ok(())
+}
+
+/// The tree's rows and the transaction-id index.
+async fn tree_rows(c: &ClientWrapper, no: i64, t: &Tables<'_>) -> Result<(), StoreError> {
+    if !t.removed.is_empty() {
         for table in ["accounts", "log_records", "day_rows", "tracker_rows"] {
             let st = c
                 .prepare_cached(&format!("DELETE FROM {table} WHERE user_no = $1 AND account = ANY($2)"))
                 .await
                 .map_err(pg_err)?;
-            c.execute(&st, &[&no, &ids]).await.map_err(pg_err)?;
+            c.execute(&st, &[&no, &t.removed]).await.map_err(pg_err)?;
         }
     }
-    if !ch.accounts.is_empty() {
-        let ids: Vec<Uuid> = ch.accounts.iter().map(|a| uid(a.uuid)).collect();
-        let bodies = ch.accounts.iter().map(|a| encode(&**a)).collect::<Result<Vec<_>, _>>()?;
+    if !t.account_ids.is_empty() {
         let st = c
             .prepare_cached(
                 "INSERT INTO accounts (user_no, account, body) SELECT $1, a, b FROM unnest($2::uuid[], $3::bytea[]) AS t(a, b) \
@@ -106,92 +168,49 @@ async fn change_rows(c: &ClientWrapper, no: i64, root: AccountId, ch: &Change) -
             )
             .await
             .map_err(pg_err)?;
-        c.execute(&st, &[&no, &ids, &bodies]).await.map_err(pg_err)?;
+        c.execute(&st, &[&no, &t.account_ids, &t.account_bodies]).await.map_err(pg_err)?;
     }
-    if !ch.records.is_empty() {
-        let ids: Vec<Uuid> = ch.records.iter().map(|(a, _, _)| uid(*a)).collect();
-        let seqs = ch.records.iter().map(|(_, s, _)| signed(*s)).collect::<Result<Vec<_>, _>>()?;
-        let bodies = ch.records.iter().map(|(_, _, r)| encode(r)).collect::<Result<Vec<_>, _>>()?;
-        let st = c
-            .prepare_cached(
-                "INSERT INTO log_records (user_no, account, seq, body) \
-                 SELECT $1, a, s, b FROM unnest($2::uuid[], $3::int8[], $4::bytea[]) AS t(a, s, b) \
-                 ON CONFLICT (user_no, account, seq) DO UPDATE SET body = EXCLUDED.body",
-            )
-            .await
-            .map_err(pg_err)?;
-        c.execute(&st, &[&no, &ids, &seqs, &bodies]).await.map_err(pg_err)?;
-    }
-    for (table, rows) in [
-        (
-            "day_rows",
-            ch.days
-                .iter()
-                .map(|(a, d, s)| Ok((uid(*a), *d, encode(s)?)))
-                .collect::<Result<Vec<_>, StoreError>>()?,
-        ),
-        (
-            "tracker_rows",
-            ch.track
-                .iter()
-                .map(|(a, d, r)| Ok((uid(*a), *d, encode(r)?)))
-                .collect::<Result<Vec<_>, StoreError>>()?,
-        ),
-    ] {
-        if rows.is_empty() {
+    for (table, column, rows) in
+        [("log_records", "seq", &t.records), ("day_rows", "day", &t.days), ("tracker_rows", "day", &t.track)]
+    {
+        if rows.accounts.is_empty() {
             continue;
         }
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
-        let days: Vec<i64> = rows.iter().map(|r| r.1).collect();
-        let bodies: Vec<Vec<u8>> = rows.into_iter().map(|r| r.2).collect();
         let st = c
             .prepare_cached(&format!(
-                "INSERT INTO {table} (user_no, account, day, body) \
-                 SELECT $1, a, d, b FROM unnest($2::uuid[], $3::int8[], $4::bytea[]) AS t(a, d, b) \
-                 ON CONFLICT (user_no, account, day) DO UPDATE SET body = EXCLUDED.body"
+                "INSERT INTO {table} (user_no, account, {column}, body) \
+                 SELECT $1, a, n, b FROM unnest($2::uuid[], $3::int8[], $4::bytea[]) AS t(a, n, b) \
+                 ON CONFLICT (user_no, account, {column}) DO UPDATE SET body = EXCLUDED.body"
             ))
             .await
             .map_err(pg_err)?;
-        c.execute(&st, &[&no, &ids, &days, &bodies]).await.map_err(pg_err)?;
+        c.execute(&st, &[&no, &rows.accounts, &rows.numbers, &rows.bodies]).await.map_err(pg_err)?;
     }
-    if !ch.main_txids.is_empty() {
-        // A deposit into the main account posts its credit there first; that id must be new:
-        // the unique key refuses a second deposit with the same id, whichever node sends it.
-        // Other ids of the main log (splits and surplus returns reusing a deposit's id, ids of
-        // withdrawals) may repeat, as on the embedded engine.
-        let credited: BTreeSet<&str> = ch
-            .records
-            .first()
-            .filter(|(a, _, r)| *a == root && r.deposit)
-            .map(|(_, _, r)| r.id.as_str())
-            .into_iter()
-            .collect();
-        let others: BTreeSet<&str> =
-            ch.main_txids.iter().map(Text::as_str).filter(|id| !credited.contains(id)).collect();
-        if !credited.is_empty() {
-            let ids: Vec<&str> = credited.iter().copied().collect();
-            let st = c
-                .prepare_cached("INSERT INTO main_txids (user_no, txid) SELECT $1, unnest($2::text[])")
-                .await
-                .map_err(pg_err)?;
-            c.execute(&st, &[&no, &ids]).await.map_err(|e| {
-                if is_unique(&e, "main_txids_pkey") {
-                    StoreError::DuplicateTxid(ids.first().map(|s| s.to_string()).unwrap_or_default())
-                } else {
-                    pg_err(e)
-                }
-            })?;
-        }
-        if !others.is_empty() {
-            let ids: Vec<&str> = others.into_iter().collect();
-            let st = c
-                .prepare_cached(
-                    "INSERT INTO main_txids (user_no, txid) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
-                )
-                .await
-                .map_err(pg_err)?;
-            c.execute(&st, &[&no, &ids]).await.map_err(pg_err)?;
-        }
+    if !t.new_txids.is_empty() {
+        // The unique key refuses a second deposit with the same id, whichever node sends it
+        // (SPEC D28): the check under one node's lock cannot see another node's write.
+        let ids: Vec<&str> = t.new_txids.iter().copied().collect();
+        let st = c
+            .prepare_cached("INSERT INTO main_txids (user_no, txid) SELECT $1, unnest($2::text[])")
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &ids]).await.map_err(|e| {
+            if is_unique(&e, "main_txids_pkey") {
+                StoreError::DuplicateTxid(ids.first().map(|s| s.to_string()).unwrap_or_default())
+            } else {
+                pg_err(e)
+            }
+        })?;
+    }
+    if !t.txids.is_empty() {
+        let ids: Vec<&str> = t.txids.iter().copied().collect();
+        let st = c
+            .prepare_cached(
+                "INSERT INTO main_txids (user_no, txid) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
+            )
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &ids]).await.map_err(pg_err)?;
     }
     Ok(())
 }
