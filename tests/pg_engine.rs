@@ -93,8 +93,8 @@ fn the_unique_key_refuses_a_second_deposit_id_whatever_the_cache_says() {
         };
         Op::Commit { user: user.clone(), change, sync: None, idem: None }
     };
-    rt.block_on(store.commit(Box::new(op(log_len)), 0)).expect("first commit");
-    match rt.block_on(store.commit(Box::new(op(log_len + 1)), 0)) {
+    rt.block_on(store.commit(Box::new(op(log_len)), 0, None)).expect("first commit");
+    match rt.block_on(store.commit(Box::new(op(log_len + 1)), 0, None)) {
         Err(StoreError::DuplicateTxid(id)) => assert_eq!(id, "Z1"),
         other => panic!("expected a duplicate id, got {other:?}"),
     }

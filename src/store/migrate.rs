@@ -119,6 +119,7 @@ pub async fn migrate(from: &Side, to: &Side) -> Result<Report, StoreError> {
             .commit(
                 Box::new(Op::Commit { user: whole.record, change: whole.change, sync: None, idem: None }),
                 0,
+                None,
             )
             .await?;
         report.users += 1;

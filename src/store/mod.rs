@@ -338,7 +338,7 @@ pub trait SharedStore: Send + Sync {
     /// A user's record, tree and version from one consistent snapshot.
     fn load_versioned<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Loaded>, StoreError>>;
     /// Starts a write of `user_id`: a transaction holding the user's row lock, waiting at most
-    /// `lock_wait` for it ([`StoreError::LockTimeout`]).
+    /// `lock_wait` for it ([`StoreError::LockTimeout`]), to be handed to [`Store::commit`].
     fn begin_write<'a>(
         &'a self,
         user_id: &'a str,
@@ -346,8 +346,9 @@ pub trait SharedStore: Send + Sync {
     ) -> BoxFuture<'a, Result<Box<dyn WriteTxn>, StoreError>>;
 }
 
-/// A user's write in a shared engine; dropped without [`WriteTxn::commit`], it rolls back.
-pub trait WriteTxn: Send + Sync {
+/// A user's write in a shared engine, until [`Store::commit`] takes it; dropped instead, it
+/// rolls back. (`Any`: the engine that made it takes its own type back.)
+pub trait WriteTxn: std::any::Any + Send + Sync {
     /// The locked user's row version (`None`: no such user, nothing locked).
     fn locked(&self) -> Option<Version>;
     /// The user as this transaction sees it.
@@ -360,9 +361,6 @@ pub trait WriteTxn: Send + Sync {
     /// connection: a write that holds one connection never waits for a second (with every
     /// pooled connection held by such writes, none would come).
     fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>>;
-    /// Writes `op` and commits; resolves with the user's new version once durable. On error
-    /// the outcome may be unknown (a connection lost during COMMIT).
-    fn commit(self: Box<Self>, op: Box<Op>) -> BoxFuture<'static, Result<u64, StoreError>>;
 }
 
 /// What a storage engine must provide, in domain terms: no handler builds a key or sees the
@@ -400,12 +398,23 @@ pub trait Store: Send + Sync + 'static {
     fn id_key(&self, _user_no: u64) -> Option<crate::domain::txid::IdKey> {
         None
     }
-    /// Orders `op` after every operation committed before this call returns, and resolves once
-    /// it is on stable storage. `basis` names the state the operation was computed from: once
-    /// an operation fails, every later operation with the same basis fails too, so nothing built
-    /// on a lost write ever becomes durable. (Boxed: an operation is about half a KB, and it
-    /// passes through several futures and a queue.)
-    fn commit(&self, op: Box<Op>, basis: u64) -> BoxFuture<'static, Result<(), StoreError>>;
+    /// The one way an operation is committed, whatever the engine. Orders `op` after every
+    /// operation committed before this call returns, and resolves once it is on stable storage,
+    /// with the user's stored version after it (0 where the engine keeps none). `held`: what
+    /// [`SharedStore::begin_write`] gave for this write (the user's row stays locked until the
+    /// commit ends); `None` on the embedded engine, whose queue orders writes, and for a write
+    /// of its own (`pfm migrate`). `basis` names the state the operation was computed from:
+    /// once an operation fails, every later operation with the same basis fails too (until the
+    /// user's writer computes afresh, on a new basis), so nothing built on a lost write ever
+    /// becomes durable. On error the outcome may be unknown (a connection lost during COMMIT).
+    /// (Boxed: an operation is about half a KB, and it passes through several futures and a
+    /// queue.)
+    fn commit(
+        &self,
+        op: Box<Op>,
+        basis: u64,
+        held: Option<Box<dyn WriteTxn>>,
+    ) -> BoxFuture<'static, Result<u64, StoreError>>;
     /// Whether the engine can take writes (readiness).
     fn healthy(&self) -> bool {
         true

@@ -10,8 +10,11 @@
 //!
 //! On a shared engine (several nodes, [`SharedStore`]) other nodes write too, so the cache is
 //! only a cache: a reader uses its cached state only if the stored version still equals it (one
-//! indexed read), and a writer takes the user's row lock in storage, reloads if the version
-//! moved, and commits before releasing the lock (no pipelining: the database orders writes).
+//! indexed read), and a writer takes the user's row lock in storage (after this node's write in
+//! flight, if any, is answered), and reloads if the version moved.
+//!
+//! Both engines commit alike: [`Store::commit`] under the lock, with what storage holds for the
+//! write (the row lock, on a shared engine), then the wait for durability without the lock.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -168,8 +171,9 @@ pub struct WriteGuard<'a> {
     slot: Arc<Slot>,
     _lock: tokio::sync::OwnedMutexGuard<()>,
     pub current: Option<Arc<UserState>>,
-    /// The storage transaction holding the user's row lock (shared engines).
-    txn: Option<Box<dyn WriteTxn>>,
+    /// What storage holds for this write: the transaction with the user's row lock (shared
+    /// engines), handed to [`Store::commit`].
+    held: Option<Box<dyn WriteTxn>>,
 }
 
 /// Whether a cached state is the stored one (shared engines).
@@ -280,9 +284,8 @@ impl Users {
         Ok(s)
     }
 
-    async fn wait_idle(&self, slot: &Slot) -> Result<(), StoreError> {
-        let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
-        let deadline = tokio::time::Instant::now() + wait;
+    /// Waits, until `deadline` at most, for every write of the user in flight to be answered.
+    async fn wait_idle(&self, slot: &Slot, deadline: tokio::time::Instant) -> Result<(), StoreError> {
         loop {
             let notified = slot.idle.notified();
             tokio::pin!(notified);
@@ -326,9 +329,14 @@ impl Users {
         Ok(s)
     }
 
+    fn lock_wait(&self) -> Duration {
+        Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed))
+    }
+
     async fn take_lock(&self, slot: &Slot) -> Result<tokio::sync::OwnedMutexGuard<()>, StoreError> {
-        let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
-        tokio::time::timeout(wait, slot.write.clone().lock_owned()).await.map_err(|_| StoreError::LockTimeout)
+        tokio::time::timeout(self.lock_wait(), slot.write.clone().lock_owned())
+            .await
+            .map_err(|_| StoreError::LockTimeout)
     }
 
     /// The whole log of account `acc` in the committed state `st` (the two log endpoints).
@@ -467,12 +475,15 @@ impl Users {
     /// Takes the user's write lock (FIFO), loading the state if needed.
     pub async fn lock(&self, user_id: &str) -> Result<WriteGuard<'_>, StoreError> {
         let slot = self.slot(user_id);
-        let started = std::time::Instant::now();
+        let deadline = tokio::time::Instant::now() + self.lock_wait();
         let lock = self.take_lock(&slot).await?;
         if let Some(sh) = self.store.shared() {
-            // One limit for both waits: this node's writers, then other nodes' (the row lock).
-            let wait = Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed));
-            let left = wait.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+            // One limit for every wait: this node's writers, the answer to this node's write in
+            // flight (the row lock would make this one wait for it anyway, and its state is then
+            // the cached one), then other nodes' writers (the row lock).
+            self.wait_idle(&slot, deadline).await?;
+            let left =
+                deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_millis(1));
             let txn = sh.begin_write(user_id, left).await?;
             let cached = slot.state.read().clone();
             let hit = fresh(&cached, txn.locked());
@@ -491,7 +502,7 @@ impl Users {
                 *slot.state.write() = Some(s.clone());
                 s
             };
-            return Ok(WriteGuard { users: self, slot, _lock: lock, current, txn: Some(txn) });
+            return Ok(WriteGuard { users: self, slot, _lock: lock, current, held: Some(txn) });
         }
         let pending = slot.pending.lock().clone();
         let current = match pending {
@@ -506,7 +517,7 @@ impl Users {
             // the user exists is decided on durable state, so a registration behind a removal
             // that fails finds the user there (SPEC 13.2 item 4: it runs after the removal).
             _ => {
-                self.wait_idle(&slot).await?;
+                self.wait_idle(&slot, tokio::time::Instant::now() + self.lock_wait()).await?;
                 let durable = slot.state.read().clone();
                 let s = match durable {
                     Some(Some(st)) => Some(Arc::new(UserState {
@@ -524,7 +535,7 @@ impl Users {
                 s
             }
         };
-        Ok(WriteGuard { users: self, slot, _lock: lock, current, txn: None })
+        Ok(WriteGuard { users: self, slot, _lock: lock, current, held: None })
     }
 }
 
@@ -583,7 +594,7 @@ impl WriteGuard<'_> {
         self.finish(Box::new(Op::DeleteUser { user: cur.user.clone() }), cur.basis, None).await
     }
 
-    /// Queues `op` under the lock, makes `next` the state the next writer builds on, releases
+    /// Commits `op` under the lock, makes `next` the state the next writer builds on, releases
     /// the lock, then waits for durability and publishes `next` to readers.
     /// (The operation comes boxed and the state is put in its `Arc` before any wait: both are
     /// large, and a future holds its arguments at every level it passes through.)
@@ -593,44 +604,14 @@ impl WriteGuard<'_> {
             // transaction rolls back, and the next writer builds on the state before.
             check_commit(user, &next.tree)?;
         }
-        let WriteGuard { slot, _lock: lock, users, txn, .. } = self;
-        if let Some(txn) = txn {
-            // Shared engine: commit under both locks, then publish with the new version.
-            let result = txn.commit(op).await;
-            let mut st = slot.state.write();
-            match result {
-                Ok(version) => {
-                    *st = Some(next.map(|mut s| {
-                        // Nothing else holds it yet: the state is only published here.
-                        Arc::make_mut(&mut s).version = version;
-                        s
-                    }));
-                    Ok(())
-                }
-                Err(e) => {
-                    // Refused, or lost during COMMIT with an unknown outcome: forget the user;
-                    // the next request reads whatever the database holds.
-                    *st = None;
-                    Err(e)
-                }
-            }
-        } else {
-            Self::finish_pipelined(slot, lock, users, op, basis, next).await
-        }
-    }
-
-    async fn finish_pipelined(
-        slot: Arc<Slot>,
-        lock: tokio::sync::OwnedMutexGuard<()>,
-        users: &Users,
-        op: Box<Op>,
-        basis: u64,
-        next: Option<Arc<UserState>>,
-    ) -> Result<(), StoreError> {
+        let WriteGuard { slot, _lock: lock, users, held, .. } = self;
+        // Where storage holds the user for the write (a shared engine), the next writer reads
+        // its state from storage under its own hold: none is known here.
+        let pending = if held.is_some() { None } else { Some(next.clone()) };
         let gen = slot.next_gen.fetch_add(1, Ordering::Relaxed) + 1;
         slot.in_flight.fetch_add(1, Ordering::AcqRel);
-        let durable = users.store.commit(op, basis);
-        *slot.pending.lock() = Some(next.clone());
+        let durable = users.store.commit(op, basis, held);
+        *slot.pending.lock() = pending;
         drop(lock);
         let mut wait = Settle { durable: Some(durable), slot, gen, basis, next };
         let res = match wait.durable.as_mut() {
@@ -639,13 +620,13 @@ impl WriteGuard<'_> {
         };
         wait.durable = None;
         settle(&wait.slot, gen, basis, wait.next.take(), &res);
-        res
+        res.map(|_| ())
     }
 
     /// A user number never used before (for [`WriteGuard::create`]); on a shared engine, taken
     /// on the write's own connection, so a registration never waits for a second one.
     pub async fn new_user_no(&self) -> Result<u64, StoreError> {
-        match &self.txn {
+        match &self.held {
             Some(txn) => txn.new_user_no().await,
             None => self.users.store.new_user_no().await,
         }
@@ -655,7 +636,7 @@ impl WriteGuard<'_> {
     pub async fn main_txid_exists(&self, id: &str) -> Result<bool, StoreError> {
         let Some(cur) = &self.current else { return Ok(false) };
         let no = cur.user.user_no;
-        let indexed = match &self.txn {
+        let indexed = match &self.held {
             Some(txn) => txn.main_txid_exists(no, id).await?,
             None => self.users.store.main_txid_exists(no, id).await?,
         };
@@ -695,12 +676,12 @@ fn check_commit(user: &UserRecord, tree: &Tree) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// A pipelined write waiting for durability. The request's own task waits and publishes; if that
+/// A write waiting for durability, its user's lock released. The request's own task waits and publishes; if that
 /// future is dropped first (the client went away), the wait moves to a task of its own, so a
 /// write that becomes durable is still published and still counted out of `in_flight`. (Every
 /// write spawned that task before: a task and a wake-up more per write.)
 struct Settle {
-    durable: Option<BoxFuture<'static, Result<(), StoreError>>>,
+    durable: Option<BoxFuture<'static, Result<u64, StoreError>>>,
     slot: Arc<Slot>,
     gen: u64,
     basis: u64,
@@ -725,9 +706,9 @@ impl Drop for Settle {
     }
 }
 
-/// Publishes a durable write, or drops the states a failed one built on (see the module
-/// comment), then counts it out of `in_flight`.
-fn settle(slot: &Slot, gen: u64, basis: u64, next: Option<Arc<UserState>>, res: &Result<(), StoreError>) {
+/// Publishes a durable write (`res`: the user's stored version after it), or drops the states a
+/// failed one built on (see the module comment), then counts it out of `in_flight`.
+fn settle(slot: &Slot, gen: u64, basis: u64, next: Option<Arc<UserState>>, res: &Result<u64, StoreError>) {
     let wake = {
         let mut st = slot.state.write();
         let mut pending = slot.pending.lock();
@@ -736,10 +717,17 @@ fn settle(slot: &Slot, gen: u64, basis: u64, next: Option<Arc<UserState>>, res: 
             _ => true,
         };
         match res {
-            Ok(()) => {
+            Ok(version) => {
                 if gen > slot.published.load(Ordering::Relaxed) {
                     slot.published.store(gen, Ordering::Relaxed);
-                    *st = Some(next);
+                    *st = Some(next.map(|mut s| {
+                        // Only a shared engine keeps versions, and there nothing else holds the
+                        // state yet: no copy (the embedded engine's stays 0, untouched).
+                        if s.version != *version {
+                            Arc::make_mut(&mut s).version = *version;
+                        }
+                        s
+                    }));
                 }
             }
             // Known not stored: the durable state stays exact; writers rebase on it.

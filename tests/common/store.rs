@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use pfm::domain::engine::TxRecord;
 use pfm::domain::tree::{AccountId, Tree};
-use pfm::store::{BoxFuture, Op, Store, StoreError, SyncRow, UserMeta, UserRecord};
+use pfm::store::{BoxFuture, Op, Store, StoreError, SyncRow, UserMeta, UserRecord, WriteTxn};
 
 type ReadLogHook = dyn Fn(&mut Vec<TxRecord>) + Send + Sync;
-type CommitHook = dyn Fn(BoxFuture<'static, Result<(), StoreError>>) -> BoxFuture<'static, Result<(), StoreError>>
+type CommitHook = dyn Fn(BoxFuture<'static, Result<u64, StoreError>>) -> BoxFuture<'static, Result<u64, StoreError>>
     + Send
     + Sync;
 
@@ -66,8 +66,13 @@ impl Store for Hooked {
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         self.inner.new_user_no()
     }
-    fn commit(&self, op: Box<Op>, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
-        (self.commit)(self.inner.commit(op, basis))
+    fn commit(
+        &self,
+        op: Box<Op>,
+        basis: u64,
+        held: Option<Box<dyn WriteTxn>>,
+    ) -> BoxFuture<'static, Result<u64, StoreError>> {
+        (self.commit)(self.inner.commit(op, basis, held))
     }
     fn healthy(&self) -> bool {
         self.inner.healthy()

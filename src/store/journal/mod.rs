@@ -51,7 +51,7 @@ use crate::domain::tree::{AccountId, Text, Tree};
 use super::bin::Bin;
 use super::overlay::{Memtable, Overlay, Rows};
 use super::sled_store::{self, SledStore, ValueSpans};
-use super::{BoxFuture, Op, Store, StoreError, SyncRow, UserMeta, UserRecord};
+use super::{BoxFuture, Op, Store, StoreError, SyncRow, UserMeta, UserRecord, WriteTxn};
 
 mod append;
 mod applier;
@@ -541,10 +541,20 @@ impl Store for JournalStore {
         Box::pin(async move { self.shared.with_sled(|s| s.new_user_no()) })
     }
 
-    fn commit(&self, op: Box<Op>, basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
+    /// Queues `op` for the next group commit. This engine keeps no versions (0), and holds
+    /// nothing for a write: its queue orders them.
+    fn commit(
+        &self,
+        op: Box<Op>,
+        basis: u64,
+        held: Option<Box<dyn WriteTxn>>,
+    ) -> BoxFuture<'static, Result<u64, StoreError>> {
         let timer = crate::metrics::CommitTimer::start(op.rows());
         let (ack, rx) = tokio::sync::oneshot::channel();
         let queued = (|| {
+            if held.is_some() {
+                return Err(StoreError::Bug("a write held by another engine"));
+            }
             if self.shared.halt.is_on() {
                 return Err(self.shared.halt.error());
             }
@@ -570,7 +580,7 @@ impl Store for JournalStore {
         Box::pin(async move {
             let _timer = timer;
             queued?;
-            rx.await.map_err(|_| StoreError::JournalStopped)?
+            rx.await.map_err(|_| StoreError::JournalStopped)?.map(|()| 0)
         })
     }
 
@@ -717,8 +727,8 @@ mod tests {
         // Shape 5: one account and a removal (which lists rows); shape 1: the account alone.
         // The same user and account, the balance last in `n`.
         let n = |balance: i64| [5, 7, 11, 13, balance];
-        rt.block_on(store.commit(Box::new(commit(&n(100), 5)), 0)).unwrap();
-        rt.block_on(store.commit(Box::new(commit(&n(200), 1)), 0)).unwrap();
+        rt.block_on(store.commit(Box::new(commit(&n(100), 5)), 0, None)).unwrap();
+        rt.block_on(store.commit(Box::new(commit(&n(200), 1)), 0, None)).unwrap();
         let balances = || {
             let (_, tree) = rt.block_on(store.load_user("user5")).unwrap().unwrap();
             tree.accounts.values().map(|a| a.balance).collect::<Vec<i64>>()
@@ -737,7 +747,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         for round in 0..20i64 {
             let store = JournalStore::open(dir.path()).unwrap_or_else(|e| panic!("round {round}: {e}"));
-            rt.block_on(store.commit(Box::new(commit(&[5, 7, 11, 13, round], 1)), 0)).unwrap();
+            rt.block_on(store.commit(Box::new(commit(&[5, 7, 11, 13, round], 1)), 0, None)).unwrap();
             drop(store);
         }
     }

@@ -188,7 +188,10 @@ impl WriteTxn for PgWrite {
     fn load_meta(&self, user_no: u64) -> BoxFuture<'_, Result<UserMeta, StoreError>> {
         bounded(&self.stale, QUERY_WAIT, async move { load_meta(self.txn.c()?, user_no).await })
     }
+}
 
+impl PgWrite {
+    /// Writes `op` in this transaction and commits it: [`Store::commit`] with this write held.
     fn commit(self: Box<Self>, op: Box<Op>) -> BoxFuture<'static, Result<u64, StoreError>> {
         let stale = self.stale.clone();
         bounded(&stale, LONG_WAIT, async move {
@@ -332,17 +335,31 @@ impl Store for PgStore {
         bounded(&self.stale, QUERY_WAIT, async move { next_user_no(&*self.conn().await?).await })
     }
 
-    /// Commits `op` in a transaction of its own (writes of the service go through
-    /// [`SharedStore::begin_write`] instead, which also locks the user's row first).
-    fn commit(&self, op: Box<Op>, _basis: u64) -> BoxFuture<'static, Result<(), StoreError>> {
+    /// Commits `op` in the transaction `held` (the service's writes, which lock the user's row
+    /// first: [`SharedStore::begin_write`]), or else in one of its own. The database orders
+    /// writes, so `basis` is not needed: each write reads its state under the row lock.
+    fn commit(
+        &self,
+        op: Box<Op>,
+        _basis: u64,
+        held: Option<Box<dyn WriteTxn>>,
+    ) -> BoxFuture<'static, Result<u64, StoreError>> {
+        if let Some(held) = held {
+            let held: Box<dyn std::any::Any> = held;
+            return match held.downcast::<PgWrite>() {
+                Ok(write) => write.commit(op),
+                Err(_) => Box::pin(async { Err(StoreError::Bug("a write held by another engine")) }),
+            };
+        }
         let pool = self.pool.clone();
         // Not bounded: `pfm migrate` writes a whole user's history here in one commit.
         Box::pin(async move {
             let obj = pool.get().await.map_err(pool_err)?;
             let txn = Txn { obj: Some(obj) };
             txn.c()?.batch_execute("BEGIN").await.map_err(pg_err)?;
-            apply(txn.c()?, &op).await?;
-            txn.commit().await
+            let version = apply(txn.c()?, &op).await?;
+            txn.commit().await?;
+            Ok(version)
         })
     }
 
