@@ -1,6 +1,7 @@
 //! Persistence: the `Store` trait (the embedded journal + sled engine is the default; PostgreSQL,
-//! [`pg`], serves several nodes), the key and value encoding, and the per-user cache that
-//! serialises writers and hands readers consistent snapshots.
+//! [`pg`], serves several nodes), the one mapping of an operation to the rows both engines store
+//! ([`writes`]), the key and value encoding, and the per-user cache that serialises writers and
+//! hands readers consistent snapshots.
 
 mod bin;
 mod codec;
