@@ -31,6 +31,7 @@ pub mod clock;
 pub mod config;
 pub mod domain;
 pub mod http;
+pub mod import;
 pub mod metrics;
 pub mod store;
 
