@@ -4,10 +4,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use pfm::domain::engine::{largest_remainder, Ctx, Mode, OpError, TxRecord};
+use pfm::domain::engine::{largest_remainder, Ctx, Mode, OpError, Origin, TxRecord};
 use pfm::domain::frac::Frac;
 use pfm::domain::tree::{
-    check_invariants, Account, AccountId, DaySums, Grand, Kind, Text, Tree, ALLOC_ONE, MAX_ACCOUNTS,
+    check_invariants, Account, AccountId, DaySums, Grand, Kind, Status, Tree, ALLOC_ONE, MAX_ACCOUNTS,
     MAX_CHILDREN, MAX_DEPTH,
 };
 use proptest::prelude::*;
@@ -125,7 +125,7 @@ impl Model {
                         x,
                         amount,
                         None,
-                        &Text::from(if user { "User" } else { "Payroll" }),
+                        &Origin::from(if user { "User" } else { "Payroll" }),
                         &"ch".into(),
                         now,
                         Mode::External,
@@ -162,7 +162,8 @@ impl Model {
                     let c = self.pick(acc);
                     let a = ctx.acc(c)?;
                     let s = ["active", "inactive", "closed", "custom"][status];
-                    if a.parent.is_some() && !(s == "closed" && (a.status == "closed" || a.balance > 0)) {
+                    if a.parent.is_some() && !(s == "closed" && (a.status == Status::Closed || a.balance > 0))
+                    {
                         ctx.acc_mut(c)?.status = s.into();
                     }
                 }
@@ -212,16 +213,16 @@ impl Model {
                 let a = i128::from(r.amount);
                 if r.deposit {
                     d.dep_all += a;
-                    if r.by == "User" {
+                    if r.by == Origin::User {
                         d.dep_user += a;
                     }
-                    if r.by == "User"
-                        || (r.by == "System"
+                    if r.by == Origin::User
+                        || (r.by == Origin::System
                             && r.channel.to_lowercase().contains("returned extra allocation-up"))
                     {
                         d.dep_alloc += a;
                     }
-                } else if r.by == "User" {
+                } else if r.by == Origin::User {
                     d.wd_user += a;
                 }
             }

@@ -291,7 +291,7 @@ pub fn record_json(r: &TxRecord) -> String {
 pub fn record_obj(r: &TxRecord) -> Obj {
     Obj::new()
         .str("Type", if r.deposit { "Deposit" } else { "Withdrawal" })
-        .str("By", &r.by)
+        .str("By", r.by.as_str())
         .str("TransactionID", &r.id)
         .str("Channel", &r.channel)
         .money("Amount", r.amount.into())
@@ -506,7 +506,7 @@ impl TreeQuery<'_> {
                 .opt_str("parent_uuid", a.parent.map(fmt_uuid).as_deref())
                 .opt_str("parent_name", parent.map(|p| p.name.as_str()))
                 .num("allocation", &fmt_scaled(a.allocation.into(), 6))
-                .str("account_status", &a.status)
+                .str("account_status", a.status.as_str())
                 .num("priority", &fmt_scaled(a.priority.into(), 6));
         }
         if let (Kind::Grandchild, Some(g)) = (a.kind, &a.grand) {

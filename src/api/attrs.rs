@@ -5,14 +5,14 @@ use super::decl::{row, Endpoint, Kind as P, Msgs, Param, Row, Shape};
 use super::endpoints::{Ep, NO_TREE, UUID_UPPER};
 use super::json::Obj;
 use super::params::PVal;
-use super::tree::{normalise_status, FREQ_MAX_DAYS, LABEL_MAX_CHARS, PRIORITY_MAX_MICRO};
+use super::tree::{FREQ_MAX_DAYS, LABEL_MAX_CHARS, PRIORITY_MAX_MICRO};
 use super::{engine_err, find, mutate, snapshot, Answer, ApiError, Rq};
 use crate::app::App;
 use crate::domain::dates::{fmt_due, parse_date};
 use crate::domain::engine::Ctx;
 use crate::domain::frac::Frac;
 use crate::domain::num::fmt_scaled;
-use crate::domain::tree::{Account, AccountId, Grand, Kind, Text};
+use crate::domain::tree::{Account, AccountId, Grand, Kind, Status, Text};
 
 const CHILD_ONLY: &str = "This operation is only allowed on child or grandchild accounts";
 const ENDPOINT_GRAND_ONLY: &str = "This endpoint is only applicable to grandchild accounts";
@@ -282,16 +282,16 @@ pub async fn change_status(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let uuid = p.req_text_of(&UUID_UPPER)?;
     let status = p.req_text_of(&STATUS)?;
     p.check_lengths(&[&STATUS])?;
-    let status = normalise_status(&status);
+    let status = Status::normalise(&status);
     mutate(app, rq, |ctx, _| {
         let a = find(ctx.tree, &uuid, || ApiError::new(404, "Account not found"))?;
         if !a.is_child_kind() {
             return Err(ApiError::new(403, CHILD_ONLY));
         }
-        if status == "closed" && a.status == "closed" {
+        if status == Status::Closed && a.status == Status::Closed {
             return Err(ApiError::bad("This account is already closed"));
         }
-        if status == "closed" && a.balance > 0 {
+        if status == Status::Closed && a.balance > 0 {
             return Err(ApiError::Client(
                 400,
                 "Withdraw from this account or move the balance before closure.".into(),
@@ -299,10 +299,10 @@ pub async fn change_status(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
             ));
         }
         let (id, name) = (a.uuid, a.name.clone());
-        ctx.acc_mut(id).map_err(engine_err)?.status = Text::from(status.as_str());
+        ctx.acc_mut(id).map_err(engine_err)?.status = status.clone();
         Ok(Obj::new()
             .str("uuid", &uuid)
-            .str("new_status", &status)
+            .str("new_status", status.as_str())
             .str("message", &format!("Account {name} status updated to {status}")))
     })
     .await
@@ -315,7 +315,7 @@ pub async fn get_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     if !a.is_child_kind() {
         return Err(ApiError::new(403, CHILD_ONLY));
     }
-    Ok(Obj::new().str("uuid", &uuid).str("account_status", &a.status))
+    Ok(Obj::new().str("uuid", &uuid).str("account_status", a.status.as_str()))
 }
 
 pub async fn set_priority(app: &App, rq: &Rq) -> Result<Answer, ApiError> {

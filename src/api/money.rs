@@ -8,7 +8,7 @@ use super::json::Obj;
 use super::params::Params;
 use super::{engine_err, find, mutate, mutate_locked, no_tree, op_err, Answer, ApiError, Locked, Rq};
 use crate::app::App;
-use crate::domain::engine::{Mode, SYSTEM, USER};
+use crate::domain::engine::{Mode, Origin};
 use crate::domain::num::fmt_money;
 use crate::domain::text::Text;
 
@@ -171,7 +171,7 @@ struct Posting {
     uuid: String,
     channel: Text,
     txn: Option<Text>,
-    by: Text,
+    by: Origin,
     date: i64,
 }
 
@@ -190,7 +190,7 @@ fn posting(p: &Params, uuid: String, now: i64) -> Result<Posting, ApiError> {
     let by = text(p, &INITIATED_BY)?;
     p.check_lengths(&[&CHANNEL, &INITIATED_BY, &TXN_NUMBER])?;
     let date = p.date_of(&TXN_DATE)?.unwrap_or(now);
-    Ok(Posting { uuid, channel, txn, by: by.unwrap_or(USER), date })
+    Ok(Posting { uuid, channel, txn, by: by.map_or(Origin::User, Origin::from), date })
 }
 
 pub async fn deposit(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
@@ -250,7 +250,7 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let uuid = p.req_text_of(&UUID_LOWER)?;
     let amount = p.req_num_of(&AMOUNT)?;
     let txn = text(p, &TRANSACTION)?;
-    let by = text(p, &DISTRIBUTE_BY)?.unwrap_or(SYSTEM);
+    let by = text(p, &DISTRIBUTE_BY)?.map_or(Origin::System, Origin::from);
     p.check_lengths(DISTRIBUTE.params)?;
     mutate(app, rq, |ctx, _| {
         let acc = find(ctx.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;

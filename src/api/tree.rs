@@ -9,7 +9,7 @@ use crate::app::App;
 use crate::domain::frac::Frac;
 use crate::domain::num::fmt_scaled;
 use crate::domain::tree::{
-    fmt_uuid, Account, Grand, Kind, Text, Tree, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN, MAX_DEPTH,
+    fmt_uuid, Account, Grand, Kind, Status, Text, Tree, ALLOC_ONE, MAX_ACCOUNTS, MAX_CHILDREN, MAX_DEPTH,
 };
 
 /// Largest priority, in millionths (1e9).
@@ -216,16 +216,6 @@ pub static FIND_BY_UUID: Endpoint = Endpoint::read(
     &[NO_TREE, by_role("account not found", "`Account not found or unauthorized`")],
 );
 
-/// Canonical statuses are matched case-insensitively and stored lowercase; other labels verbatim.
-pub fn normalise_status(s: &str) -> String {
-    let lower = s.to_ascii_lowercase();
-    if matches!(lower.as_str(), "active" | "inactive" | "closed") {
-        lower
-    } else {
-        s.to_string()
-    }
-}
-
 pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let p = &rq.params;
     let parent_uuid = p.req_text_of(&PARENT_UUID)?;
@@ -239,9 +229,9 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let status = p.text_of(&STATUS)?.map(|t| t.into_owned());
     p.check_lengths(ADD_SUB_ACCOUNT.params)?;
     let status = if allocation == 0 {
-        "inactive".to_string()
+        Status::Inactive
     } else {
-        status.map_or_else(|| "active".into(), |s| normalise_status(&s))
+        status.map_or(Status::Active, |s| Status::normalise(&s))
     };
     mutate(app, rq, |ctx, _| {
         let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
@@ -277,7 +267,7 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         let mut acc = Account::new(id, name.as_str().into(), kind, Some(pid), grand);
         acc.allocation = allocation;
         acc.priority = priority;
-        acc.status = status.as_str().into();
+        acc.status = status.clone();
         ctx.attach(acc).map_err(engine_err)?;
         Ok(Obj::new()
             .str("message", &format!("{name} added under {parent_name}"))

@@ -5,14 +5,15 @@
 use std::sync::Arc;
 
 use super::dates::{day_of, DAY_SECS};
+pub use super::origin::Origin;
 use super::text::Text;
-use super::tree::{Account, AccountId, DaySums, Kind, Ledger, TrackRow, Tree};
+use super::tree::{Account, AccountId, DaySums, Kind, Ledger, Status, TrackRow, Tree};
 
 /// One transaction record (SPEC 2.6).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TxRecord {
     pub deposit: bool,
-    pub by: Text,
+    pub by: Origin,
     pub id: Text,
     pub channel: Text,
     pub amount: i64,
@@ -44,8 +45,6 @@ pub const CH_SPLIT: Text = Text::Static("Allocation to child accounts");
 pub const CH_UP: Text = Text::Static("Returned Extra Allocation-up");
 pub const CH_DOWN: Text = Text::Static("Returned Extra Allocation-down");
 pub const CH_TRANSFER: Text = Text::Static("Internal Transfer");
-pub const USER: Text = Text::Static("User");
-pub const SYSTEM: Text = Text::Static("System");
 
 /// Whether `hay` contains `needle`, ASCII case ignored (a deposit's split credits test their
 /// channel this way, so without building a lowercase copy).
@@ -228,7 +227,7 @@ impl<'a> Ctx<'a> {
         x: AccountId,
         deposit: bool,
         a: i64,
-        by: &Text,
+        by: &Origin,
         channel: &Text,
         id: Option<&Text>,
         date: i64,
@@ -250,15 +249,15 @@ impl<'a> Ctx<'a> {
         let mut sums = DaySums::default();
         if deposit {
             sums.dep_all = amt;
-            if by == "User" {
+            if *by == Origin::User {
                 sums.dep_user = amt;
             }
-            if by == "User"
-                || (by == "System" && contains_ignore_case(channel, "returned extra allocation-up"))
+            if *by == Origin::User
+                || (*by == Origin::System && contains_ignore_case(channel, "returned extra allocation-up"))
             {
                 sums.dep_alloc = amt;
             }
-        } else if by == "User" {
+        } else if *by == Origin::User {
             sums.wd_user = amt;
         }
         acc.days.add(day_of(date), &sums);
@@ -286,7 +285,7 @@ impl<'a> Ctx<'a> {
         &mut self,
         x: AccountId,
         a: i64,
-        by: &Text,
+        by: &Origin,
         channel: &Text,
         id: Option<&Text>,
         date: i64,
@@ -298,7 +297,7 @@ impl<'a> Ctx<'a> {
         &mut self,
         x: AccountId,
         a: i64,
-        by: &Text,
+        by: &Origin,
         channel: &Text,
         id: Option<&Text>,
         date: i64,
@@ -341,8 +340,8 @@ impl<'a> Ctx<'a> {
         let new_periods = gr.periods.add_int(k).ok_or(OpError::TooLarge)?;
         let fixed = gr.fixed_amount;
         let a = self.acc_mut(g)?;
-        if a.status != "closed" {
-            a.status = Text::Static("active");
+        if a.status != Status::Closed {
+            a.status = Status::Active;
         }
         let gr = a.grand.as_mut().ok_or(OpError::Internal)?;
         gr.due_date = Some(new_due.ok_or(OpError::TooLarge)?);
@@ -361,7 +360,7 @@ impl<'a> Ctx<'a> {
         x: AccountId,
         a: i64,
         id: Option<&Text>,
-        by: &Text,
+        by: &Origin,
         channel: &Text,
         d: i64,
         mode: Mode,
@@ -376,14 +375,14 @@ impl<'a> Ctx<'a> {
         match kind {
             Kind::Main => self.credit_and_split(x, a, by, channel, id, d, mode),
             Kind::Child => {
-                if checks_status && self.acc(x)?.status != "active" {
+                if checks_status && self.acc(x)?.status != Status::Active {
                     return Err(OpError::NotActive);
                 }
                 self.credit_and_split(x, a, by, channel, id, d, mode)
             }
             Kind::Grandchild => {
                 self.rollover(x, d)?;
-                if checks_status && self.acc(x)?.status != "active" {
+                if checks_status && self.acc(x)?.status != Status::Active {
                     return Err(OpError::NotActive);
                 }
                 let fixed = self.acc(x)?.grand.as_ref().map_or(0, |g| g.fixed_amount);
@@ -394,8 +393,8 @@ impl<'a> Ctx<'a> {
                         self.credit_and_split(x, c, by, channel, id, d, mode)?;
                     }
                     let acc = self.acc_mut(x)?;
-                    if acc.status != "closed" {
-                        acc.status = Text::Static("inactive");
+                    if acc.status != Status::Closed {
+                        acc.status = Status::Inactive;
                     }
                     self.set_amount_due(x, 0)?;
                     let s = a - c;
@@ -423,7 +422,7 @@ impl<'a> Ctx<'a> {
         &mut self,
         x: AccountId,
         a: i64,
-        by: &Text,
+        by: &Origin,
         channel: &Text,
         id: Option<&Text>,
         d: i64,
@@ -431,18 +430,18 @@ impl<'a> Ctx<'a> {
     ) -> Result<(), OpError> {
         let used = self.credit(x, a, by, channel, id, d)?;
         if mode != Mode::Surplus {
-            self.split(x, a, Some(&used), &SYSTEM)?;
+            self.split(x, a, Some(&used), &Origin::System)?;
         }
         Ok(())
     }
 
     /// RETURN_SURPLUS(Q, s, origin_by) of 10.5.
-    fn return_surplus(&mut self, q: AccountId, s: i64, origin_by: &Text) -> Result<(), OpError> {
-        let channel = if *origin_by == "User" { CH_UP } else { CH_DOWN };
+    fn return_surplus(&mut self, q: AccountId, s: i64, origin_by: &Origin) -> Result<(), OpError> {
+        let channel = if *origin_by == Origin::User { CH_UP } else { CH_DOWN };
         let now = self.now;
         match self.acc(q)?.kind {
-            Kind::Child => self.credit(q, s, &SYSTEM, &channel, None, now).map(|_| ()),
-            Kind::Grandchild => self.deposit(q, s, None, &SYSTEM, &channel, now, Mode::Surplus),
+            Kind::Child => self.credit(q, s, &Origin::System, &channel, None, now).map(|_| ()),
+            Kind::Grandchild => self.deposit(q, s, None, &Origin::System, &channel, now, Mode::Surplus),
             Kind::Main => Err(OpError::Internal),
         }
     }
@@ -464,7 +463,7 @@ impl<'a> Ctx<'a> {
         let mut e: Vec<(i64, AccountId)> = Vec::new();
         for c in &self.acc(p)?.children {
             let ca = self.acc(*c)?;
-            if ca.status == "active" {
+            if ca.status == Status::Active {
                 e.push((ca.priority, *c));
             }
         }
@@ -474,7 +473,7 @@ impl<'a> Ctx<'a> {
 
     /// A split's debit of the parent: a grandchild-kind parent gets a tracker row but keeps its
     /// periods (D15).
-    fn split_debit(&mut self, p: AccountId, a: i64, by: &Text, channel: &Text) -> Result<(), OpError> {
+    fn split_debit(&mut self, p: AccountId, a: i64, by: &Origin, channel: &Text) -> Result<(), OpError> {
         let now = self.now;
         self.debit(p, a, by, channel, None, now)?;
         if self.acc(p)?.kind == Kind::Grandchild {
@@ -484,7 +483,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// SPLIT(P, a, id, by) of 10.4.
-    pub fn split(&mut self, p: AccountId, a: i64, id: Option<&Text>, by: &Text) -> Result<(), OpError> {
+    pub fn split(&mut self, p: AccountId, a: i64, id: Option<&Text>, by: &Origin) -> Result<(), OpError> {
         if self.acc(p)?.children.is_empty() {
             return Ok(());
         }
@@ -517,7 +516,7 @@ impl<'a> Ctx<'a> {
         &mut self,
         x: AccountId,
         a: i64,
-        by: &Text,
+        by: &Origin,
         channel: &Text,
         id: Option<&Text>,
         d: i64,
@@ -543,9 +542,9 @@ impl<'a> Ctx<'a> {
     /// /move_balance effects (10.8).
     pub fn transfer(&mut self, from: AccountId, to: AccountId, a: i64) -> Result<(), OpError> {
         let now = self.now;
-        self.debit(from, a, &SYSTEM, &CH_TRANSFER, None, now)?;
+        self.debit(from, a, &Origin::System, &CH_TRANSFER, None, now)?;
         self.after_user_debit(from, a)?;
-        self.deposit(to, a, None, &SYSTEM, &CH_TRANSFER, now, Mode::Transfer)
+        self.deposit(to, a, None, &Origin::System, &CH_TRANSFER, now, Mode::Transfer)
     }
 
     /// Appends `acc` (already shaped, parent set) to its parent's children.
@@ -562,8 +561,8 @@ impl<'a> Ctx<'a> {
     pub fn set_allocation(&mut self, child: AccountId, allocation: i64) -> Result<(), OpError> {
         let c = self.acc_mut(child)?;
         c.allocation = allocation;
-        if allocation == 0 && c.status != "closed" {
-            c.status = Text::Static("inactive");
+        if allocation == 0 && c.status != Status::Closed {
+            c.status = Status::Inactive;
         }
         Ok(())
     }
@@ -594,7 +593,7 @@ impl<'a> Ctx<'a> {
             let b = i64::try_from(b).map_err(|_| OpError::TooLarge)?;
             let now = self.now;
             let channel = Text::from(format!("Returned from deleted account {name}"));
-            self.credit(parent, b, &SYSTEM, &channel, None, now)?;
+            self.credit(parent, b, &Origin::System, &channel, None, now)?;
         }
         Ok(())
     }

@@ -5,6 +5,8 @@ pub mod days;
 pub mod engine;
 pub mod frac;
 pub mod num;
+pub mod origin;
+pub mod status;
 pub mod text;
 pub mod tree;
 pub mod txid;

@@ -3,9 +3,9 @@
 //! Why: a deposit copies each account it touches (copy-on-write) and writes a record per
 //! account, and every `String` in them was one more allocation, most of them freed later on
 //! another thread (profiled: about a quarter of a deposit's allocations). A `Text` is a
-//! constant (the statuses, `User`, `System`, the engine's channels), held inline when short
-//! (generated transaction ids, most names: no allocation at all, and nothing for another
-//! thread to free), or one shared buffer, so copying one never allocates.
+//! constant (the engine's channels), held inline when short (generated transaction ids, most
+//! names: no allocation at all, and nothing for another thread to free), or one shared buffer,
+//! so copying one never allocates. Statuses and origins are enums of their own.
 
 use std::fmt;
 use std::ops::Deref;
@@ -30,9 +30,6 @@ pub struct Inline {
     buf: [u8; INLINE],
 }
 
-/// Texts so common that they are always the constant (an `initiated_by` of `User`, a status).
-const KNOWN: [&str; 5] = ["User", "System", "active", "inactive", "closed"];
-
 impl Text {
     pub fn as_str(&self) -> &str {
         match self {
@@ -52,10 +49,6 @@ impl Text {
         b.get_mut(..s.len())?.copy_from_slice(s.as_bytes());
         // At most INLINE bytes, so the length fits a u8.
         Some(Text::Inline(Inline { len: s.len() as u8, buf: b }))
-    }
-
-    fn known(s: &str) -> Option<Text> {
-        KNOWN.iter().find(|k| **k == s).map(|k| Text::Static(k))
     }
 }
 
@@ -81,13 +74,13 @@ impl AsRef<str> for Text {
 
 impl From<&str> for Text {
     fn from(s: &str) -> Text {
-        Text::known(s).or_else(|| Text::inline(s)).unwrap_or_else(|| Text::Shared(Arc::from(s)))
+        Text::inline(s).unwrap_or_else(|| Text::Shared(Arc::from(s)))
     }
 }
 
 impl From<String> for Text {
     fn from(s: String) -> Text {
-        Text::known(&s).or_else(|| Text::inline(&s)).unwrap_or_else(|| Text::Shared(Arc::from(s)))
+        Text::inline(&s).unwrap_or_else(|| Text::Shared(Arc::from(s)))
     }
 }
 
@@ -171,9 +164,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn known_texts_are_constants_short_ones_inline_and_others_share_one_buffer() {
-        assert!(matches!(Text::from("User"), Text::Static("User")));
-        assert!(matches!(Text::from("closed".to_string()), Text::Static("closed")));
+    fn short_texts_are_inline_and_others_share_one_buffer() {
         let long = "Salary and other income, monthly";
         let t = Text::from(long);
         let Text::Shared(a) = &t else { panic!("not shared: {t:?}") };
@@ -184,7 +175,7 @@ mod tests {
         // Up to INLINE bytes, cut at the text's end whatever its characters.
         for s in ["", "Salary", "SYS0123456789", "ééééééééééé", "a".repeat(INLINE).as_str()] {
             for t in [Text::from(s), Text::from(s.to_string())] {
-                assert!(matches!(t, Text::Inline(..)) || matches!(t, Text::Static(_)), "{t:?}");
+                assert!(matches!(t, Text::Inline(..)), "{t:?}");
                 assert_eq!(t.as_str(), s);
             }
         }

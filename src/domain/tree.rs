@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 pub use super::days::{DayLedger, DaySums, TrackLog, TrackRow};
 use super::frac::Frac;
 use super::num::{div_round, fmt_scaled};
+pub use super::status::Status;
 pub use super::text::Text;
 
 pub type AccountId = u128;
@@ -68,7 +69,7 @@ pub struct Account {
     pub allocation: i64,
     /// Millionths.
     pub priority: i64,
-    pub status: Text,
+    pub status: Status,
     pub grand: Option<Grand>,
     /// Number of records in this account's log (the next record's sequence number).
     pub log_len: u64,
@@ -103,7 +104,7 @@ impl Account {
             balance: 0,
             allocation: 0,
             priority: 0,
-            status: Text::Static("active"),
+            status: Status::Active,
             grand,
             log_len: 0,
             sub_balance: 0,

@@ -5,8 +5,8 @@
 //! value and whole frames), so every stored format stays as it is.
 
 use super::{IdemRecord, SyncRow, UserRecord};
-use crate::domain::engine::TxRecord;
-use crate::domain::tree::{Account, DaySums, Grand, Kind, Ledger, Text, TrackRow};
+use crate::domain::engine::{Origin, TxRecord};
+use crate::domain::tree::{Account, DaySums, Grand, Kind, Ledger, Status, Text, TrackRow};
 
 /// A value written as bincode's standard configuration writes it.
 pub trait Bin {
@@ -114,6 +114,19 @@ impl Bin for String {
 }
 
 impl Bin for Text {
+    fn put(&self, f: &mut Vec<u8>) {
+        self.as_str().put(f);
+    }
+}
+
+// As their text, the way serde writes them.
+impl Bin for Status {
+    fn put(&self, f: &mut Vec<u8>) {
+        self.as_str().put(f);
+    }
+}
+
+impl Bin for Origin {
     fn put(&self, f: &mut Vec<u8>) {
         self.as_str().put(f);
     }
@@ -291,6 +304,18 @@ mod tests {
             (0u32..130, -2i128..=2).prop_map(|(s, d)| -(1i128 << s.min(126)) + d),
             (240i128..260),
         ]
+    }
+
+    /// Known labels are variants of their own, written as the text all the same.
+    #[test]
+    fn statuses_and_origins_encode_as_bincode_does() {
+        for s in ["active", "inactive", "closed", "User", "System", "Active", "user", ""] {
+            same(&Status::from(s)).unwrap();
+            same(&Origin::from(s)).unwrap();
+            let mut ours = Vec::new();
+            Status::from(s).put(&mut ours);
+            assert_eq!(ours, bincode::serde::encode_to_vec(s, bincode::config::standard()).unwrap());
+        }
     }
 
     proptest! {

@@ -1,0 +1,115 @@
+//! Who started a posting (a record's `By`, SPEC 2.6): `User`, `System`, or any label a client passed
+//! as `initiated_by`, kept and shown exactly as given. Analytics count `User` and `System` (10.15).
+
+use std::fmt;
+
+use super::text::Text;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    User,
+    System,
+    /// Any other label. Never `User` or `System` (every conversion maps those to their variants),
+    /// so two origins are equal exactly when their texts are.
+    Other(Text),
+}
+
+impl Origin {
+    /// The text it is stored and sent as.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Origin::User => "User",
+            Origin::System => "System",
+            Origin::Other(t) => t,
+        }
+    }
+
+    fn known(s: &str) -> Option<Origin> {
+        match s {
+            "User" => Some(Origin::User),
+            "System" => Some(Origin::System),
+            _ => None,
+        }
+    }
+}
+
+// Exact text: `user` is a label of its own (10.15 counts only `User`).
+impl From<&str> for Origin {
+    fn from(s: &str) -> Origin {
+        Origin::known(s).unwrap_or_else(|| Origin::Other(Text::from(s)))
+    }
+}
+
+impl From<String> for Origin {
+    fn from(s: String) -> Origin {
+        Origin::known(&s).unwrap_or_else(|| Origin::Other(Text::from(s)))
+    }
+}
+
+impl From<Text> for Origin {
+    fn from(t: Text) -> Origin {
+        Origin::known(&t).unwrap_or(Origin::Other(t))
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// Stored and sent exactly as its text is.
+impl serde::Serialize for Origin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Origin {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Origin, D::Error> {
+        String::deserialize(d).map(Origin::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trips(s: &str) -> Result<(), TestCaseError> {
+        let cfg = bincode::config::standard();
+        let o = Origin::from(s);
+        prop_assert_eq!(o.as_str(), s);
+        prop_assert_eq!(&Origin::from(s.to_string()), &o);
+        prop_assert_eq!(&Origin::from(Text::from(s)), &o);
+        prop_assert_eq!(o.to_string(), s);
+        let bytes = bincode::serde::encode_to_vec(&o, cfg).unwrap();
+        prop_assert_eq!(&bytes, &bincode::serde::encode_to_vec(s, cfg).unwrap());
+        let (back, _): (Origin, usize) = bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
+        prop_assert_eq!(&back, &o);
+        prop_assert_eq!(serde_json::to_string(&o).unwrap(), serde_json::to_string(s).unwrap());
+        Ok(())
+    }
+
+    #[test]
+    fn user_and_system_are_their_variants_and_nothing_else_is() {
+        assert_eq!(Origin::from("User"), Origin::User);
+        assert_eq!(Origin::from("System".to_string()), Origin::System);
+        for s in ["user", "SYSTEM", "User ", "", "Payroll"] {
+            assert!(matches!(Origin::from(s), Origin::Other(_)), "{s:?}");
+            round_trips(s).unwrap();
+        }
+        round_trips("User").unwrap();
+        round_trips("System").unwrap();
+        // No larger than the text it replaced in every record.
+        assert_eq!(std::mem::size_of::<Origin>(), std::mem::size_of::<Text>());
+    }
+
+    proptest! {
+        #[test]
+        fn any_label_is_stored_and_shown_as_given(s in ".{0,64}") {
+            round_trips(&s)?;
+            prop_assert_eq!(matches!(Origin::from(s.as_str()), Origin::Other(_)), s != "User" && s != "System");
+        }
+    }
+}
