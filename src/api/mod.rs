@@ -119,7 +119,7 @@ impl Rq {
     }
     /// "Account not found" for endpoints whose status depends on the role (SPEC 3.6).
     fn role_not_found(&self, msg: &str) -> ApiError {
-        let admin = self.ident.as_ref().is_some_and(|i| i.role == "admin");
+        let admin = self.ident.as_ref().is_some_and(|i| i.role.is_admin());
         ApiError::new(if admin { 404 } else { 403 }, msg)
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Validation};
 
 use super::limits::{KeyTable, DEFAULT_TRACKED_KEYS};
+use super::role::Role;
 use serde_json::{Map, Value};
 
 pub struct Jwt {
@@ -20,7 +21,7 @@ pub struct Jwt {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub user_id: String,
-    pub role: String,
+    pub role: Role,
 }
 
 /// Largest identity (user id and role, in bytes) the verified-token cache keeps.
@@ -106,7 +107,7 @@ impl Jwt {
                 let v = self.decode(token)?;
                 // Only small identities are remembered, so the cache is bounded in bytes too; a
                 // token with a huge claim is simply verified again each time.
-                if v.identity.user_id.len() + v.identity.role.len() <= MAX_CACHED_IDENTITY_BYTES {
+                if v.identity.user_id.len() + v.identity.role.as_str().len() <= MAX_CACHED_IDENTITY_BYTES {
                     self.cache.with_hashed(h, |e| *e = Some(v.clone()));
                 }
                 v
@@ -133,8 +134,8 @@ impl Jwt {
         let exp = num("exp").ok()?;
         let nbf = num("nbf").ok()?;
         let role = match c.get("role") {
-            Some(Value::String(s)) => s.clone(),
-            _ => "user".to_string(),
+            Some(Value::String(s)) => Role::from(s.as_str()),
+            _ => Role::User,
         };
         Some(Verified { identity: Arc::new(Identity { user_id, role }), exp, nbf })
     }
@@ -218,7 +219,7 @@ mod tests {
         assert!(j.cache.len() <= j.cache.capacity() && j.cache.capacity() <= 1024);
         let before = j.cache.len();
         let huge = token(&j, json!({"user_id": "big", "role": "r".repeat(100_000)}));
-        assert_eq!(j.verify(&huge, 0.0).map(|i| i.role.len()), Some(100_000));
+        assert_eq!(j.verify(&huge, 0.0).map(|i| i.role.as_str().len()), Some(100_000));
         assert!(j.cache.len() <= before, "a huge identity is not cached");
     }
 }

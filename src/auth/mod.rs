@@ -4,3 +4,4 @@
 pub mod jwt;
 pub mod limits;
 pub mod password;
+pub mod role;
