@@ -17,7 +17,7 @@ use pfm::app::App;
 use pfm::auth::jwt::Identity;
 use pfm::clock::ManualClock;
 use pfm::config::Config;
-use pfm::domain::engine::{Ctx, Mode};
+use pfm::domain::engine::{Ctx, Mode, Origin, Posting};
 use pfm::domain::frac::Frac;
 use pfm::domain::tree::{fmt_uuid, Account, AccountId, Grand, Kind, Tree};
 use pfm::http::response::render_success;
@@ -72,18 +72,12 @@ fn build(deposits: usize) -> Fixture {
             }
         }
     }
+    let channel = "bench".into();
     for i in 0..deposits {
-        let date = NOW - (i as i64 % 365) * 86_400;
-        ctx.deposit(
-            leaves[i % leaves.len()],
-            1_234,
-            None,
-            &"User".into(),
-            &"bench".into(),
-            date,
-            Mode::External,
-        )
-        .expect("deposit");
+        let date_secs = NOW - (i as i64 % 365) * 86_400;
+        let terms =
+            Posting { amount_cents: 1_234, by: &Origin::User, channel: &channel, txid: None, date_secs };
+        ctx.deposit(leaves[i % leaves.len()], terms, Mode::External).expect("deposit");
     }
     let change = ctx.finish();
     rt.block_on(async {

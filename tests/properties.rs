@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use pfm::domain::engine::{largest_remainder, Ctx, Mode, OpError, Origin, TxRecord};
+use pfm::domain::engine::{largest_remainder, Ctx, Mode, OpError, Origin, Posting, TxRecord};
 use pfm::domain::frac::Frac;
 use pfm::domain::tree::{
     check_invariants, Account, AccountId, DaySums, Grand, Kind, Status, Tree, ALLOC_ONE, MAX_ACCOUNTS,
@@ -121,20 +121,27 @@ impl Model {
                 }
                 Op::Deposit { acc, amount, user } => {
                     let x = self.pick(acc);
-                    ctx.deposit(
-                        x,
-                        amount,
-                        None,
-                        &Origin::from(if user { "User" } else { "Payroll" }),
-                        &"ch".into(),
-                        now,
-                        Mode::External,
-                    )?;
+                    let by = Origin::from(if user { "User" } else { "Payroll" });
+                    let terms = Posting {
+                        amount_cents: amount,
+                        by: &by,
+                        channel: &"ch".into(),
+                        txid: None,
+                        date_secs: now,
+                    };
+                    ctx.deposit(x, terms, Mode::External)?;
                 }
                 Op::Withdraw { acc, amount } => {
                     let x = self.pick(acc);
                     if amount <= ctx.acc(x)?.balance {
-                        ctx.withdraw(x, amount, &"User".into(), &"ch".into(), None, now)?;
+                        let terms = Posting {
+                            amount_cents: amount,
+                            by: &Origin::User,
+                            channel: &"ch".into(),
+                            txid: None,
+                            date_secs: now,
+                        };
+                        ctx.withdraw(x, terms)?;
                     }
                 }
                 Op::Distribute { acc, amount } => {

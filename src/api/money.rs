@@ -8,7 +8,7 @@ use super::json::Obj;
 use super::params::Params;
 use super::{engine_err, find, mutate, mutate_locked, no_tree, op_err, Answer, ApiError, Locked, Rq};
 use crate::app::App;
-use crate::domain::engine::{Mode, Origin};
+use crate::domain::engine::{self, Mode, Origin};
 use crate::domain::num::fmt_money;
 use crate::domain::text::Text;
 
@@ -175,6 +175,19 @@ struct Posting {
     date: i64,
 }
 
+impl Posting {
+    /// The engine's terms of this posting for `amount_cents`.
+    fn terms(&self, amount_cents: i64) -> engine::Posting<'_> {
+        engine::Posting {
+            amount_cents,
+            by: &self.by,
+            channel: &self.channel,
+            txid: self.txn.as_ref(),
+            date_secs: self.date,
+        }
+    }
+}
+
 /// A text parameter made a `Text` straight from the request's bytes: short ones are held
 /// inline, so a posting's channel, id and `initiated_by` allocate nothing.
 fn text(p: &Params, decl: &Param) -> Result<Option<Text>, ApiError> {
@@ -216,7 +229,7 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     }
     mutate_locked(app, guard, cur, rq, |ctx, _| {
         let x = find(ctx.tree, &post.uuid, not_found)?.uuid;
-        ctx.deposit(x, amount, post.txn.as_ref(), &post.by, &post.channel, post.date, Mode::External)
+        ctx.deposit(x, post.terms(amount), Mode::External)
             .map_err(op_err("Deposit not allowed. Account is not active."))?;
         let balance = ctx.acc(x).map_err(engine_err)?.balance;
         Ok(Obj::new()
@@ -238,7 +251,7 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         if amount > acc.balance {
             return Err(insufficient("Failed: ", acc.balance));
         }
-        ctx.withdraw(x, amount, &post.by, &post.channel, post.txn.as_ref(), post.date).map_err(engine_err)?;
+        ctx.withdraw(x, post.terms(amount)).map_err(engine_err)?;
         let balance = ctx.acc(x).map_err(engine_err)?.balance;
         Ok(Obj::new().str("account_uuid", &post.uuid).money("balance", balance.into()))
     })

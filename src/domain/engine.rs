@@ -41,6 +41,31 @@ pub enum Mode {
     Surplus,
 }
 
+/// The terms of one posting: how much, who started it, through which channel, under which id,
+/// dated when. Every money primitive takes one, so their arguments cannot be swapped; it borrows
+/// its texts, so passing one down a split copies a few words and allocates nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Posting<'a> {
+    pub amount_cents: i64,
+    pub by: &'a Origin,
+    pub channel: &'a Text,
+    /// The client's or the split's id; `None` has the record generate one (10.2).
+    pub txid: Option<&'a Text>,
+    pub date_secs: i64,
+}
+
+impl<'a> Posting<'a> {
+    /// A posting the engine makes on its own (10.2): by `System`, generated id.
+    pub fn system(amount_cents: i64, channel: &'a Text, date_secs: i64) -> Posting<'a> {
+        Posting { amount_cents, by: &Origin::System, channel, txid: None, date_secs }
+    }
+
+    /// The same terms for another amount.
+    pub fn with_amount(self, amount_cents: i64) -> Posting<'a> {
+        Posting { amount_cents, ..self }
+    }
+}
+
 pub const CH_SPLIT: Text = Text::Static("Allocation to child accounts");
 pub const CH_UP: Text = Text::Static("Returned Extra Allocation-up");
 pub const CH_DOWN: Text = Text::Static("Returned Extra Allocation-down");
@@ -221,21 +246,12 @@ impl<'a> Ctx<'a> {
     }
 
     /// The ledger primitives CREDIT and DEBIT (10.1). Returns the id written.
-    #[allow(clippy::too_many_arguments)]
-    fn post(
-        &mut self,
-        x: AccountId,
-        deposit: bool,
-        a: i64,
-        by: &Origin,
-        channel: &Text,
-        id: Option<&Text>,
-        date: i64,
-    ) -> Result<Text, OpError> {
+    fn post(&mut self, x: AccountId, deposit: bool, p: Posting<'_>) -> Result<Text, OpError> {
+        let Posting { amount_cents: a, by, channel, txid, date_secs: date } = p;
         if a <= 0 {
             return Err(OpError::Internal);
         }
-        let id = match id {
+        let id = match txid {
             Some(id) => id.clone(),
             None => self.new_id(x)?,
         };
@@ -281,28 +297,12 @@ impl<'a> Ctx<'a> {
         Ok(id)
     }
 
-    pub fn credit(
-        &mut self,
-        x: AccountId,
-        a: i64,
-        by: &Origin,
-        channel: &Text,
-        id: Option<&Text>,
-        date: i64,
-    ) -> Result<Text, OpError> {
-        self.post(x, true, a, by, channel, id, date)
+    pub fn credit(&mut self, x: AccountId, p: Posting<'_>) -> Result<Text, OpError> {
+        self.post(x, true, p)
     }
 
-    pub fn debit(
-        &mut self,
-        x: AccountId,
-        a: i64,
-        by: &Origin,
-        channel: &Text,
-        id: Option<&Text>,
-        date: i64,
-    ) -> Result<Text, OpError> {
-        self.post(x, false, a, by, channel, id, date)
+    pub fn debit(&mut self, x: AccountId, p: Posting<'_>) -> Result<Text, OpError> {
+        self.post(x, false, p)
     }
 
     /// TRACK(G): the latest row of the wall-clock day replaces earlier rows of that day, since
@@ -353,18 +353,9 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
-    /// DEPOSIT(X, a, id, by, channel, d, mode) of 10.3.
-    #[allow(clippy::too_many_arguments)]
-    pub fn deposit(
-        &mut self,
-        x: AccountId,
-        a: i64,
-        id: Option<&Text>,
-        by: &Origin,
-        channel: &Text,
-        d: i64,
-        mode: Mode,
-    ) -> Result<(), OpError> {
+    /// DEPOSIT(X, a, id, by, channel, d, mode) of 10.3, the terms in `p`.
+    pub fn deposit(&mut self, x: AccountId, p: Posting<'_>, mode: Mode) -> Result<(), OpError> {
+        let (a, d) = (p.amount_cents, p.date_secs);
         let kind = self.acc(x)?.kind;
         if mode == Mode::External {
             // Money entering the tree from outside: the conservation ledger counts it here, so no
@@ -373,12 +364,12 @@ impl<'a> Ctx<'a> {
         }
         let checks_status = matches!(mode, Mode::External | Mode::Transfer);
         match kind {
-            Kind::Main => self.credit_and_split(x, a, by, channel, id, d, mode),
+            Kind::Main => self.credit_and_split(x, p, mode),
             Kind::Child => {
                 if checks_status && self.acc(x)?.status != Status::Active {
                     return Err(OpError::NotActive);
                 }
-                self.credit_and_split(x, a, by, channel, id, d, mode)
+                self.credit_and_split(x, p, mode)
             }
             Kind::Grandchild => {
                 self.rollover(x, d)?;
@@ -390,7 +381,7 @@ impl<'a> Ctx<'a> {
                 if fixed > 0 && a >= need {
                     let c = need.max(0);
                     if c > 0 {
-                        self.credit_and_split(x, c, by, channel, id, d, mode)?;
+                        self.credit_and_split(x, p.with_amount(c), mode)?;
                     }
                     let acc = self.acc_mut(x)?;
                     if acc.status != Status::Closed {
@@ -400,11 +391,11 @@ impl<'a> Ctx<'a> {
                     let s = a - c;
                     if s > 0 {
                         let parent = self.acc(x)?.parent.ok_or(OpError::Internal)?;
-                        self.return_surplus(parent, s, by)?;
+                        self.return_surplus(parent, s, p.by)?;
                     }
                     self.track(x)
                 } else {
-                    self.credit_and_split(x, a, by, channel, id, d, mode)?;
+                    self.credit_and_split(x, p, mode)?;
                     if fixed > 0 {
                         let n = self.need(x)?;
                         self.set_amount_due(x, n)?;
@@ -417,20 +408,10 @@ impl<'a> Ctx<'a> {
 
     /// CREDIT, then SPLIT of the same amount unless the credit is a surplus return (10.3). The
     /// split always runs as `System` and carries the credit's id (the generated one if none).
-    #[allow(clippy::too_many_arguments)]
-    fn credit_and_split(
-        &mut self,
-        x: AccountId,
-        a: i64,
-        by: &Origin,
-        channel: &Text,
-        id: Option<&Text>,
-        d: i64,
-        mode: Mode,
-    ) -> Result<(), OpError> {
-        let used = self.credit(x, a, by, channel, id, d)?;
+    fn credit_and_split(&mut self, x: AccountId, p: Posting<'_>, mode: Mode) -> Result<(), OpError> {
+        let used = self.credit(x, p)?;
         if mode != Mode::Surplus {
-            self.split(x, a, Some(&used), &Origin::System)?;
+            self.split(x, p.amount_cents, Some(&used), &Origin::System)?;
         }
         Ok(())
     }
@@ -440,8 +421,8 @@ impl<'a> Ctx<'a> {
         let channel = if *origin_by == Origin::User { CH_UP } else { CH_DOWN };
         let now = self.now;
         match self.acc(q)?.kind {
-            Kind::Child => self.credit(q, s, &Origin::System, &channel, None, now).map(|_| ()),
-            Kind::Grandchild => self.deposit(q, s, None, &Origin::System, &channel, now, Mode::Surplus),
+            Kind::Child => self.credit(q, Posting::system(s, &channel, now)).map(|_| ()),
+            Kind::Grandchild => self.deposit(q, Posting::system(s, &channel, now), Mode::Surplus),
             Kind::Main => Err(OpError::Internal),
         }
     }
@@ -475,7 +456,7 @@ impl<'a> Ctx<'a> {
     /// periods (D15).
     fn split_debit(&mut self, p: AccountId, a: i64, by: &Origin, channel: &Text) -> Result<(), OpError> {
         let now = self.now;
-        self.debit(p, a, by, channel, None, now)?;
+        self.debit(p, Posting { amount_cents: a, by, channel, txid: None, date_secs: now })?;
         if self.acc(p)?.kind == Kind::Grandchild {
             self.track(p)?;
         }
@@ -492,10 +473,11 @@ impl<'a> Ctx<'a> {
         let Some(&first) = e.first() else { return Ok(()) };
         let now = self.now;
         let from = Text::from(format!("Allocation from {}", self.acc(p)?.name));
+        let credit = Posting { amount_cents: a, by, channel: &from, txid: id, date_secs: now };
         if a < 10 {
             let to = Text::from(format!("Allocation to {}", self.acc(first)?.name));
             self.split_debit(p, a, by, &to)?;
-            return self.deposit(first, a, id, by, &from, now, Mode::Share);
+            return self.deposit(first, credit, Mode::Share);
         }
         let weights: Vec<i64> =
             e.iter().map(|c| self.acc(*c).map(|x| x.allocation)).collect::<Result<_, _>>()?;
@@ -505,23 +487,16 @@ impl<'a> Ctx<'a> {
         self.split_debit(p, a, by, &CH_SPLIT)?;
         for (c, share) in e.into_iter().zip(shares) {
             if share > 0 {
-                self.deposit(c, share, id, by, &from, now, Mode::Share)?;
+                self.deposit(c, credit.with_amount(share), Mode::Share)?;
             }
         }
         Ok(())
     }
 
     /// WITHDRAW of 10.7 (funds already checked by the caller).
-    pub fn withdraw(
-        &mut self,
-        x: AccountId,
-        a: i64,
-        by: &Origin,
-        channel: &Text,
-        id: Option<&Text>,
-        d: i64,
-    ) -> Result<(), OpError> {
-        self.debit(x, a, by, channel, id, d)?;
+    pub fn withdraw(&mut self, x: AccountId, p: Posting<'_>) -> Result<(), OpError> {
+        let a = p.amount_cents;
+        self.debit(x, p)?;
         // Money leaving the tree: counted by the engine (see `deposit`).
         self.tree.ledger.withdrawals += i128::from(a);
         self.after_user_debit(x, a)
@@ -542,9 +517,9 @@ impl<'a> Ctx<'a> {
     /// /move_balance effects (10.8).
     pub fn transfer(&mut self, from: AccountId, to: AccountId, a: i64) -> Result<(), OpError> {
         let now = self.now;
-        self.debit(from, a, &Origin::System, &CH_TRANSFER, None, now)?;
+        self.debit(from, Posting::system(a, &CH_TRANSFER, now))?;
         self.after_user_debit(from, a)?;
-        self.deposit(to, a, None, &Origin::System, &CH_TRANSFER, now, Mode::Transfer)
+        self.deposit(to, Posting::system(a, &CH_TRANSFER, now), Mode::Transfer)
     }
 
     /// Appends `acc` (already shaped, parent set) to its parent's children.
@@ -593,7 +568,7 @@ impl<'a> Ctx<'a> {
             let b = i64::try_from(b).map_err(|_| OpError::TooLarge)?;
             let now = self.now;
             let channel = Text::from(format!("Returned from deleted account {name}"));
-            self.credit(parent, b, &Origin::System, &channel, None, now)?;
+            self.credit(parent, Posting::system(b, &channel, now))?;
         }
         Ok(())
     }
@@ -642,6 +617,52 @@ mod tests {
                 "{hay:?} {needle:?}"
             );
         }
+    }
+
+    /// A deposit into main with two children: the credit carries the posting's terms, the split
+    /// runs as `System` under the credit's id and is dated now, and the money is all there.
+    #[test]
+    fn a_posting_lands_in_its_record_and_money_is_conserved() {
+        let mut tree = Tree::new_user(1, 500);
+        let now = 1_000 * DAY_SECS;
+        let mut ctx = Ctx::new(&mut tree, now);
+        for (id, alloc) in [(2, 600_000), (3, 400_000)] {
+            let mut a = Account::new(id, format!("C{id}").into(), Kind::Child, Some(1), None);
+            a.allocation = alloc;
+            ctx.attach(a).unwrap();
+        }
+        let (by, channel, txid) = (Origin::from("Payroll"), Text::from("bank"), Text::from("T-1"));
+        let terms = Posting {
+            amount_cents: 1_001,
+            by: &by,
+            channel: &channel,
+            txid: Some(&txid),
+            date_secs: now - 5,
+        };
+        ctx.deposit(1, terms, Mode::External).unwrap();
+        let w =
+            Posting { amount_cents: 100, by: &Origin::User, channel: &channel, txid: None, date_secs: now };
+        ctx.withdraw(2, w).unwrap();
+        let change = ctx.finish();
+        let recs: Vec<_> = change.records.iter().map(|(a, _, r)| (*a, r)).collect();
+        let (acc, credit) = recs[0];
+        assert_eq!(acc, 1);
+        assert!(credit.deposit);
+        assert_eq!((&credit.by, &credit.channel, &credit.id), (&by, &channel, &txid));
+        assert_eq!((credit.amount, credit.date), (1_001, now - 5));
+        // The split: main's debit, then the shares, all by System under the credit's id.
+        for (_, r) in &recs[1..4] {
+            assert_eq!((&r.by, r.date), (&Origin::System, now));
+        }
+        assert_eq!(
+            recs[2..4].iter().map(|(_, r)| (r.amount, &r.id)).collect::<Vec<_>>(),
+            [(601, &txid), (400, &txid)]
+        );
+        let (acc, wd) = recs[4];
+        assert_eq!((acc, wd.deposit, wd.amount, &wd.by), (2, false, 100, &Origin::User));
+        assert_eq!(tree.ledger, Ledger { initial_balance: 500, deposits: 1_001, withdrawals: 100 });
+        assert_eq!(crate::domain::tree::check_invariants(&tree), Ok(()));
+        assert_eq!(tree.get(1).unwrap().sub_balance, 1_401);
     }
 
     #[test]

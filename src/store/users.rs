@@ -843,7 +843,7 @@ mod tests {
     /// would make it.
     #[test]
     fn a_change_that_breaks_the_ledger_is_refused_and_changes_nothing() {
-        use crate::domain::engine::{Ctx, Mode, Origin};
+        use crate::domain::engine::{Ctx, Mode, Origin, Posting};
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(JournalStore::open(dir.path()).unwrap());
         let users = Users::new(store);
@@ -890,7 +890,14 @@ mod tests {
             let g = users.lock("u").await.unwrap();
             let mut tree = g.current.clone().unwrap().tree.clone();
             let mut ctx = Ctx::new(&mut tree, 0);
-            ctx.deposit(11, 50, None, &Origin::User, &"c".into(), 0, Mode::External).unwrap();
+            let terms = Posting {
+                amount_cents: 50,
+                by: &Origin::User,
+                channel: &"c".into(),
+                txid: None,
+                date_secs: 0,
+            };
+            ctx.deposit(11, terms, Mode::External).unwrap();
             let change = ctx.finish();
             g.commit(change, tree).await.unwrap();
             let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
