@@ -48,7 +48,7 @@ fn build(deposits: usize) -> Fixture {
     for c in 0..10 {
         next += 1;
         let mut a = Account::new(next, format!("Child{c}").into(), Kind::Child, Some(root), None);
-        a.allocation = 100_000;
+        a.allocation_ppm = 100_000;
         let cid = ctx.attach(a).expect("attach child");
         children.push(cid);
         for g in 0..5 {
@@ -56,16 +56,16 @@ fn build(deposits: usize) -> Fixture {
             // One grandchild per child carries a bill with a due date, the rest are open envelopes.
             let bill = g == 0;
             let grand = Grand {
-                due_date: bill.then_some(NOW + (c as i64 + 1) * 86_400),
-                fixed_amount: if bill { 50_000 } else { 0 },
-                amount_due: if bill { 50_000 } else { 0 },
+                due_date_secs: bill.then_some(NOW + (c as i64 + 1) * 86_400),
+                fixed_amount_cents: if bill { 50_000 } else { 0 },
+                amount_due_cents: if bill { 50_000 } else { 0 },
                 account_type: if bill { "Bill".into() } else { "Expense".into() },
-                freq: bill.then_some(30),
+                freq_days: bill.then_some(30),
                 periods: Frac::ONE,
             };
             let mut a =
                 Account::new(next, format!("G{c}_{g}").into(), Kind::Grandchild, Some(cid), Some(grand));
-            a.allocation = 200_000;
+            a.allocation_ppm = 200_000;
             let gid = ctx.attach(a).expect("attach grandchild");
             if !bill {
                 leaves.push(gid);

@@ -79,11 +79,11 @@ fn the_unique_key_refuses_a_second_deposit_id_whatever_the_cache_says() {
             by: "User".into(),
             id: "Z1".into(),
             channel: "c".into(),
-            amount: 100,
-            balance: 100,
-            amount_due: 0,
-            overall_balance: 100,
-            date: common::T0,
+            amount_cents: 100,
+            balance_cents: 100,
+            amount_due_cents: 0,
+            overall_balance_cents: 100,
+            date_secs: common::T0,
         };
         let change = Change {
             records: vec![(root, seq, rec)],

@@ -104,18 +104,18 @@ impl Model {
                     }
                     let kind = if pa.kind == Kind::Main { Kind::Child } else { Kind::Grandchild };
                     let grand = (kind == Kind::Grandchild).then(|| Grand {
-                        due_date: Some(now + due_days * 86_400),
-                        fixed_amount: fixed,
-                        amount_due: fixed,
+                        due_date_secs: Some(now + due_days * 86_400),
+                        fixed_amount_cents: fixed,
+                        amount_due_cents: fixed,
                         account_type: if bill { "Bill".into() } else { "Expense".into() },
-                        freq: Some(freq),
+                        freq_days: Some(freq),
                         periods: Frac::ONE,
                     });
                     self.next_id += 1;
                     let mut acc =
                         Account::new(self.next_id, format!("A{}", self.next_id).into(), kind, Some(p), grand);
-                    acc.allocation = alloc;
-                    acc.priority = priority * 1_000_000;
+                    acc.allocation_ppm = alloc;
+                    acc.priority_ppm = priority * 1_000_000;
                     acc.status = if alloc == 0 { "inactive".into() } else { "active".into() };
                     ctx.attach(acc)?;
                 }
@@ -133,7 +133,7 @@ impl Model {
                 }
                 Op::Withdraw { acc, amount } => {
                     let x = self.pick(acc);
-                    if amount <= ctx.acc(x)?.balance {
+                    if amount <= ctx.acc(x)?.balance_cents {
                         let terms = Posting {
                             amount_cents: amount,
                             by: &Origin::User,
@@ -146,13 +146,13 @@ impl Model {
                 }
                 Op::Distribute { acc, amount } => {
                     let x = self.pick(acc);
-                    if amount <= ctx.acc(x)?.balance {
+                    if amount <= ctx.acc(x)?.balance_cents {
                         ctx.split(x, amount, None, &"System".into())?;
                     }
                 }
                 Op::Transfer { from, to, amount } => {
                     let (f, t) = (self.pick(from), self.pick(to));
-                    if f != t && amount <= ctx.acc(f)?.balance {
+                    if f != t && amount <= ctx.acc(f)?.balance_cents {
                         ctx.transfer(f, t, amount)?;
                     }
                 }
@@ -160,7 +160,7 @@ impl Model {
                     let c = self.pick(acc);
                     let a = ctx.acc(c)?;
                     if let Some(p) = a.parent {
-                        if ctx.tree.total_allocation(p) - a.allocation + alloc <= ALLOC_ONE {
+                        if ctx.tree.total_allocation(p) - a.allocation_ppm + alloc <= ALLOC_ONE {
                             ctx.set_allocation(c, alloc)?;
                         }
                     }
@@ -169,7 +169,8 @@ impl Model {
                     let c = self.pick(acc);
                     let a = ctx.acc(c)?;
                     let s = ["active", "inactive", "closed", "custom"][status];
-                    if a.parent.is_some() && !(s == "closed" && (a.status == Status::Closed || a.balance > 0))
+                    if a.parent.is_some()
+                        && !(s == "closed" && (a.status == Status::Closed || a.balance_cents > 0))
                     {
                         ctx.acc_mut(c)?.status = s.into();
                     }
@@ -196,7 +197,7 @@ impl Model {
             self.log.remove(r);
         }
         for (acc, seq, rec) in change.records {
-            assert!(rec.amount > 0, "non-positive record");
+            assert!(rec.amount_cents > 0, "non-positive record");
             let log = self.log.entry(acc).or_default();
             assert_eq!(seq, log.len() as u64, "sequence number of a new record");
             log.push(rec);
@@ -216,21 +217,21 @@ impl Model {
             prop_assert_eq!(acc.log_len as usize, recs.len());
             let mut days: BTreeMap<i64, DaySums> = BTreeMap::new();
             for r in recs {
-                let d = days.entry(r.date.div_euclid(86_400)).or_default();
-                let a = i128::from(r.amount);
+                let d = days.entry(r.date_secs.div_euclid(86_400)).or_default();
+                let a = i128::from(r.amount_cents);
                 if r.deposit {
-                    d.dep_all += a;
+                    d.dep_all_cents += a;
                     if r.by == Origin::User {
-                        d.dep_user += a;
+                        d.dep_user_cents += a;
                     }
                     if r.by == Origin::User
                         || (r.by == Origin::System
                             && r.channel.to_lowercase().contains("returned extra allocation-up"))
                     {
-                        d.dep_alloc += a;
+                        d.dep_alloc_cents += a;
                     }
                 } else if r.by == Origin::User {
-                    d.wd_user += a;
+                    d.wd_user_cents += a;
                 }
             }
             days.retain(|_, s| *s != DaySums::default());
@@ -246,7 +247,7 @@ impl Model {
                 prop_assert_eq!(acc.days.range(from, to), want);
             }
             if let Some(last) = recs.last() {
-                prop_assert_eq!(last.balance, acc.balance);
+                prop_assert_eq!(last.balance_cents, acc.balance_cents);
             }
         }
         Ok(())

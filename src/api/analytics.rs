@@ -280,7 +280,7 @@ pub async fn get_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_text_of(&UUID_LOWER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
-    Ok(Obj::new().str("uuid", &uuid).money("balance", a.balance.into()))
+    Ok(Obj::new().str("uuid", &uuid).money("balance", a.balance_cents.into()))
 }
 
 pub fn record_json(r: &TxRecord) -> String {
@@ -294,11 +294,11 @@ pub fn record_obj(r: &TxRecord) -> Obj {
         .str("By", r.by.as_str())
         .str("TransactionID", &r.id)
         .str("Channel", &r.channel)
-        .money("Amount", r.amount.into())
-        .money("Balance", r.balance.into())
-        .money("amount_due", r.amount_due)
-        .money("overall_balance", r.overall_balance)
-        .str("Date", &fmt_datetime(r.date))
+        .money("Amount", r.amount_cents.into())
+        .money("Balance", r.balance_cents.into())
+        .money("amount_due", r.amount_due_cents)
+        .money("overall_balance", r.overall_balance_cents)
+        .str("Date", &fmt_datetime(r.date_secs))
 }
 
 /// Largest page of /get_transactions (docs/api.md).
@@ -365,14 +365,14 @@ pub async fn total_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
-    Ok(Obj::new().str("uuid", &uuid).money("total_balance", a.sub_balance))
+    Ok(Obj::new().str("uuid", &uuid).money("total_balance", a.sub_balance_cents))
 }
 
 pub async fn total_due(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
-    Ok(Obj::new().str("uuid", &uuid).money("total_due", a.sub_due))
+    Ok(Obj::new().str("uuid", &uuid).money("total_due", a.sub_due_cents))
 }
 
 pub async fn due_within_days(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
@@ -412,10 +412,10 @@ pub async fn range_query(app: &App, rq: &Rq, q: RangeQ) -> Result<Obj, ApiError>
     let f = range_figures(&st.tree, a.uuid, from, to);
     let o = Obj::new().str("uuid", &uuid).str("from", &fmt_day(from)).str("to", &fmt_day(to));
     Ok(match q {
-        RangeQ::Spending => o.money("total_spending", f.spending),
-        RangeQ::Income => o.money("total_income", f.income),
-        RangeQ::Allocated => o.money("allocated_amount", f.allocated),
-        RangeQ::Utilization => o.num("utilization", &utilization_text(f.spending, f.allocated)),
+        RangeQ::Spending => o.money("total_spending", f.spending_cents),
+        RangeQ::Income => o.money("total_income", f.income_cents),
+        RangeQ::Allocated => o.money("allocated_amount", f.allocated_cents),
+        RangeQ::Utilization => o.num("utilization", &utilization_text(f.spending_cents, f.allocated_cents)),
     })
 }
 
@@ -479,23 +479,23 @@ impl TreeQuery<'_> {
             .str("name", &a.name)
             .str("account_uuid", &fmt_uuid(id))
             .str("account_class", a.kind.wire())
-            .money("balance", a.balance.into());
+            .money("balance", a.balance_cents.into());
         if let Some(logs) = &logs {
             o = o.raw("transactions", logs);
         }
         o = o
             .obj("child_accounts_list", children)
-            .money("total_balance", a.sub_balance)
-            .money("total_due", a.sub_due)
+            .money("total_balance", a.sub_balance_cents)
+            .money("total_due", a.sub_due_cents)
             .money("compute_total_due_within_n_days", t.due_within(id, self.now, self.n_micro))
-            .money("spending", cur.spending)
-            .money("previous_spending", prev.spending)
-            .money("total_income", cur.income)
-            .money("previous_total_income", prev.income)
-            .money("allocated_amount", cur.allocated)
-            .money("previous_allocated_amount", prev.allocated)
-            .num("income_utilization", &utilization_text(cur.spending, cur.allocated))
-            .num("previous_income_utilization", &utilization_text(prev.spending, prev.allocated))
+            .money("spending", cur.spending_cents)
+            .money("previous_spending", prev.spending_cents)
+            .money("total_income", cur.income_cents)
+            .money("previous_total_income", prev.income_cents)
+            .money("allocated_amount", cur.allocated_cents)
+            .money("previous_allocated_amount", prev.allocated_cents)
+            .num("income_utilization", &utilization_text(cur.spending_cents, cur.allocated_cents))
+            .num("previous_income_utilization", &utilization_text(prev.spending_cents, prev.allocated_cents))
             .money("walking_amount_due", t.walking(id, true, self.range.0, self.range.1))
             .money("previous_walking_amount_due", t.walking(id, true, self.prev.0, self.prev.1))
             .money("walking_balance", t.walking(id, false, self.range.0, self.range.1))
@@ -505,16 +505,16 @@ impl TreeQuery<'_> {
             o = o
                 .opt_str("parent_uuid", a.parent.map(fmt_uuid).as_deref())
                 .opt_str("parent_name", parent.map(|p| p.name.as_str()))
-                .num("allocation", &fmt_scaled(a.allocation.into(), 6))
+                .num("allocation", &fmt_scaled(a.allocation_ppm.into(), 6))
                 .str("account_status", a.status.as_str())
-                .num("priority", &fmt_scaled(a.priority.into(), 6));
+                .num("priority", &fmt_scaled(a.priority_ppm.into(), 6));
         }
         if let (Kind::Grandchild, Some(g)) = (a.kind, &a.grand) {
             o = o
-                .opt_str("due_date", g.due_date.map(fmt_due).as_deref())
-                .money("fixed_amount", g.fixed_amount.into())
+                .opt_str("due_date", g.due_date_secs.map(fmt_due).as_deref())
+                .money("fixed_amount", g.fixed_amount_cents.into())
                 .str("account_type", &g.account_type);
-            o = match g.freq {
+            o = match g.freq_days {
                 Some(f) => o.int("account_freq", f.into()),
                 None => o.null("account_freq"),
             };
@@ -546,7 +546,7 @@ impl TreeQuery<'_> {
             }
             if a.kind == Kind::Grandchild {
                 for (day, r) in a.track.range(from, to) {
-                    debt[(day - from) as usize] += i128::from(r.amount_due);
+                    debt[(day - from) as usize] += i128::from(r.amount_due_cents);
                 }
             }
         }
@@ -554,9 +554,9 @@ impl TreeQuery<'_> {
             let f = RangeFigures::from_sums(&own[i], &desc[i]);
             Obj::new()
                 .str("Date", &fmt_day(from + i as i64))
-                .money("Income", f.income)
-                .money("Spending", f.spending)
-                .money("Allocated", f.allocated)
+                .money("Income", f.income_cents)
+                .money("Spending", f.spending_cents)
+                .money("Allocated", f.allocated_cents)
                 .money("Overall_Debt", debt[i])
                 .finish()
         }))

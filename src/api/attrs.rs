@@ -291,7 +291,7 @@ pub async fn change_status(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         if status == Status::Closed && a.status == Status::Closed {
             return Err(ApiError::bad("This account is already closed"));
         }
-        if status == Status::Closed && a.balance > 0 {
+        if status == Status::Closed && a.balance_cents > 0 {
             return Err(ApiError::Client(
                 400,
                 "Withdraw from this account or move the balance before closure.".into(),
@@ -328,7 +328,7 @@ pub async fn set_priority(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
             return Err(ApiError::new(403, CHILD_ONLY));
         }
         let id = a.uuid;
-        ctx.acc_mut(id).map_err(engine_err)?.priority = prio;
+        ctx.acc_mut(id).map_err(engine_err)?.priority_ppm = prio;
         let text = fmt_scaled(prio.into(), 6);
         Ok(Obj::new()
             .str("message", &format!("Priority set to {text}"))
@@ -345,7 +345,7 @@ pub async fn get_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     if !a.is_child_kind() {
         return Err(ApiError::new(403, "Priority only available for child or grandchild accounts"));
     }
-    Ok(Obj::new().str("uuid", &uuid).num("priority", &fmt_scaled(a.priority.into(), 6)))
+    Ok(Obj::new().str("uuid", &uuid).num("priority", &fmt_scaled(a.priority_ppm.into(), 6)))
 }
 
 pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
@@ -362,7 +362,7 @@ pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     };
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, "Due date only applicable to grandchild accounts")?;
-        grand_mut(ctx, id)?.due_date = due;
+        grand_mut(ctx, id)?.due_date_secs = due;
         let name = ctx.acc(id).map_err(engine_err)?.name.clone();
         Ok(Obj::new()
             .str("message", &format!("Due date set for {name}"))
@@ -388,7 +388,7 @@ async fn get_grand_attr(
 
 pub async fn get_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     get_grand_attr(app, rq, "Due date only applicable to grandchild accounts", |o, g| {
-        o.opt_str("due_date", g.due_date.map(fmt_due).as_deref())
+        o.opt_str("due_date", g.due_date_secs.map(fmt_due).as_deref())
     })
     .await
 }
@@ -399,7 +399,7 @@ pub async fn set_fixed_amount(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let fixed = p.req_num_of(&FIXED_AMOUNT)?;
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, "Fixed amount only applicable to grandchild accounts")?;
-        grand_mut(ctx, id)?.fixed_amount = fixed;
+        grand_mut(ctx, id)?.fixed_amount_cents = fixed;
         let due = recompute_due(ctx, id)?;
         Ok(Obj::new().str("uuid", &uuid).money("fixed_amount", fixed.into()).money("amount_due", due.into()))
     })
@@ -407,7 +407,8 @@ pub async fn set_fixed_amount(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
 }
 
 pub async fn get_fixed_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| o.money("fixed_amount", g.fixed_amount.into())).await
+    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| o.money("fixed_amount", g.fixed_amount_cents.into()))
+        .await
 }
 
 pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
@@ -436,7 +437,7 @@ pub async fn set_freq(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let freq = p.req_num_of(&ACCOUNT_FREQ)?;
     mutate(app, rq, |ctx, _| {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
-        grand_mut(ctx, id)?.freq = Some(freq as u32);
+        grand_mut(ctx, id)?.freq_days = Some(freq as u32);
         let name = ctx.acc(id).map_err(engine_err)?.name.clone();
         Ok(Obj::new()
             .str("message", &format!("Frequency for {name} set to {freq}"))
@@ -447,7 +448,7 @@ pub async fn set_freq(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
 }
 
 pub async fn get_freq(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| match g.freq {
+    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| match g.freq_days {
         Some(f) => o.int("freq", f.into()),
         None => o.null("freq"),
     })
@@ -462,7 +463,7 @@ pub async fn set_periods(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
         let g = grand_mut(ctx, id)?;
         g.periods = Frac::int(n);
-        if g.fixed_amount > 0 {
+        if g.fixed_amount_cents > 0 {
             recompute_due(ctx, id)?;
         }
         Ok(Obj::new()

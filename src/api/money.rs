@@ -231,7 +231,7 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         let x = find(ctx.tree, &post.uuid, not_found)?.uuid;
         ctx.deposit(x, post.terms(amount), Mode::External)
             .map_err(op_err("Deposit not allowed. Account is not active."))?;
-        let balance = ctx.acc(x).map_err(engine_err)?.balance;
+        let balance = ctx.acc(x).map_err(engine_err)?.balance_cents;
         Ok(Obj::new()
             .str("account_uuid", &post.uuid)
             .money("amount", amount.into())
@@ -248,11 +248,11 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     mutate(app, rq, |ctx, _| {
         let acc = find(ctx.tree, &post.uuid, || rq.role_not_found("Account not found or unauthorized"))?;
         let x = acc.uuid;
-        if amount > acc.balance {
-            return Err(insufficient("Failed: ", acc.balance));
+        if amount > acc.balance_cents {
+            return Err(insufficient("Failed: ", acc.balance_cents));
         }
         ctx.withdraw(x, post.terms(amount)).map_err(engine_err)?;
-        let balance = ctx.acc(x).map_err(engine_err)?.balance;
+        let balance = ctx.acc(x).map_err(engine_err)?.balance_cents;
         Ok(Obj::new().str("account_uuid", &post.uuid).money("balance", balance.into()))
     })
     .await
@@ -268,8 +268,8 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     mutate(app, rq, |ctx, _| {
         let acc = find(ctx.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
         let x = acc.uuid;
-        if amount > acc.balance {
-            return Err(insufficient("Distribution failed: ", acc.balance));
+        if amount > acc.balance_cents {
+            return Err(insufficient("Distribution failed: ", acc.balance_cents));
         }
         let internal = engine_err;
         // Errors 10 and 11 look at the statuses after the rollover of SPLIT step 2.
@@ -278,14 +278,14 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         if active.is_empty() {
             return Err(ApiError::bad("Distribution failed: No active child accounts available."));
         }
-        let weight: i64 = active.iter().filter_map(|c| ctx.tree.get(*c)).map(|c| c.allocation).sum();
+        let weight: i64 = active.iter().filter_map(|c| ctx.tree.get(*c)).map(|c| c.allocation_ppm).sum();
         if amount >= 10 && weight == 0 {
             return Err(ApiError::bad(
                 "Distribution failed: No active child accounts with a positive allocation.",
             ));
         }
         ctx.split(x, amount, txn.as_ref(), &by).map_err(internal)?;
-        let balance = ctx.acc(x).map_err(internal)?.balance;
+        let balance = ctx.acc(x).map_err(internal)?.balance_cents;
         Ok(Obj::new()
             .str("account_uuid", &uuid)
             .str("message", "Amount successifully distributed to children")
@@ -306,8 +306,8 @@ pub async fn move_balance(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         if src.uuid == dst.uuid {
             return Err(ApiError::bad("Failed: Source and destination accounts must differ"));
         }
-        if amount > src.balance {
-            return Err(insufficient("Failed: ", src.balance));
+        if amount > src.balance_cents {
+            return Err(insufficient("Failed: ", src.balance_cents));
         }
         let message = format!("Moved {} from {} to {}", fmt_money(amount.into()), src.name, dst.name);
         let (s, d) = (src.uuid, dst.uuid);

@@ -257,16 +257,16 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         let parent_name = parent.name.clone();
         let id = uuid::Uuid::new_v4().as_u128();
         let grand = (kind == Kind::Grandchild).then(|| Grand {
-            due_date: due,
-            fixed_amount: fixed,
-            amount_due: fixed,
+            due_date_secs: due,
+            fixed_amount_cents: fixed,
+            amount_due_cents: fixed,
             account_type: account_type.as_deref().map_or(Text::Static("Expense"), Text::from),
-            freq: freq.map(|f| f as u32),
+            freq_days: freq.map(|f| f as u32),
             periods: Frac::ONE,
         });
         let mut acc = Account::new(id, name.as_str().into(), kind, Some(pid), grand);
-        acc.allocation = allocation;
-        acc.priority = priority;
+        acc.allocation_ppm = allocation;
+        acc.priority_ppm = priority;
         acc.status = status.clone();
         ctx.attach(acc).map_err(engine_err)?;
         Ok(Obj::new()
@@ -294,7 +294,7 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Answer, ApiError
             .find(|c| c.name == child_name)
             .ok_or_else(|| ApiError::new(404, "Child account not found under parent"))?;
         let cid = child.uuid;
-        let others = ctx.tree.total_allocation(pid) - child.allocation;
+        let others = ctx.tree.total_allocation(pid) - child.allocation_ppm;
         if others + allocation > ALLOC_ONE {
             return Err(ApiError::bad(
                 "Allocation not set: Total allocation exceeds 100%. Please adjust the allocations.",
@@ -400,15 +400,15 @@ pub fn account_obj(t: &Tree, a: &Account, uuid: &str) -> Obj {
         .str("name", &a.name)
         .str("path", &t.path(a.uuid))
         .str("type", a.kind.wire())
-        .money("balance", a.balance.into())
-        .money("total_balance", a.sub_balance);
+        .money("balance", a.balance_cents.into())
+        .money("total_balance", a.sub_balance_cents);
     o = match &a.grand {
-        Some(g) => o.money("amount_due", g.amount_due.into()),
+        Some(g) => o.money("amount_due", g.amount_due_cents.into()),
         None => o.null("amount_due"),
     };
-    o = o.money("total_amount_due", a.sub_due);
+    o = o.money("total_amount_due", a.sub_due_cents);
     o = if a.is_child_kind() {
-        o.num("allocation", &fmt_scaled(a.allocation.into(), 6))
+        o.num("allocation", &fmt_scaled(a.allocation_ppm.into(), 6))
     } else {
         o.null("allocation")
     };

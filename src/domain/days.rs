@@ -22,30 +22,30 @@ pub const SPAN_DAYS: i64 = BUCKET_DAYS * 32;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DaySums {
     /// Deposits with `By` exactly `User` (total_income).
-    pub dep_user: i128,
+    pub dep_user_cents: i128,
     /// Withdrawals with `By` exactly `User` (spending).
-    pub wd_user: i128,
+    pub wd_user_cents: i128,
     /// All deposits (allocated_amount, own part).
-    pub dep_all: i128,
+    pub dep_all_cents: i128,
     /// Deposits that count for an ancestor's allocated_amount: `By User`, or `By System` with a
     /// `returned extra allocation-up` channel.
-    pub dep_alloc: i128,
+    pub dep_alloc_cents: i128,
 }
 
 impl DaySums {
     pub fn add(&mut self, o: &DaySums) {
-        self.dep_user += o.dep_user;
-        self.wd_user += o.wd_user;
-        self.dep_all += o.dep_all;
-        self.dep_alloc += o.dep_alloc;
+        self.dep_user_cents += o.dep_user_cents;
+        self.wd_user_cents += o.wd_user_cents;
+        self.dep_all_cents += o.dep_all_cents;
+        self.dep_alloc_cents += o.dep_alloc_cents;
     }
 
     pub fn minus(&self, o: &DaySums) -> DaySums {
         DaySums {
-            dep_user: self.dep_user - o.dep_user,
-            wd_user: self.wd_user - o.wd_user,
-            dep_all: self.dep_all - o.dep_all,
-            dep_alloc: self.dep_alloc - o.dep_alloc,
+            dep_user_cents: self.dep_user_cents - o.dep_user_cents,
+            wd_user_cents: self.wd_user_cents - o.wd_user_cents,
+            dep_all_cents: self.dep_all_cents - o.dep_all_cents,
+            dep_alloc_cents: self.dep_alloc_cents - o.dep_alloc_cents,
         }
     }
 }
@@ -306,8 +306,8 @@ impl Hist {
 /// The last tracker row of one wall-clock day (only the latest row in a range is ever used).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrackRow {
-    pub amount_due: i64,
-    pub balance: i64,
+    pub amount_due_cents: i64,
+    pub balance_cents: i64,
 }
 
 /// One bucket of tracker rows, in day order.
@@ -394,7 +394,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn sums(v: i128) -> DaySums {
-        DaySums { dep_user: v, wd_user: 2 * v, dep_all: 3 * v, dep_alloc: v + 1 }
+        DaySums { dep_user_cents: v, wd_user_cents: 2 * v, dep_all_cents: 3 * v, dep_alloc_cents: v + 1 }
     }
 
     /// `n` additions of `sums(v)`.
@@ -445,7 +445,7 @@ mod tests {
             let mut t = TrackLog::default();
             let mut plain = BTreeMap::new();
             for (day, v) in rows {
-                let r = TrackRow { amount_due: v, balance: -v };
+                let r = TrackRow { amount_due_cents: v, balance_cents: -v };
                 t.insert(day, r);
                 plain.insert(day, r);
             }
@@ -480,7 +480,7 @@ mod tests {
 
     #[test]
     fn tracker_rows_of_the_pending_day_copy_nothing() {
-        let row = |v| TrackRow { amount_due: v, balance: v };
+        let row = |v| TrackRow { amount_due_cents: v, balance_cents: v };
         let mut t = TrackLog::default();
         for day in 0..100 {
             t.insert(day, row(day));
@@ -502,12 +502,12 @@ mod tests {
         let mut t = TrackLog::default();
         for _ in 0..3 {
             l.add(3, &sums(1));
-            t.insert(3, TrackRow { amount_due: 1, balance: 2 });
+            t.insert(3, TrackRow { amount_due_cents: 1, balance_cents: 2 });
         }
         assert!(l.p.hist.is_none() && t.p.hist.is_none());
         assert_eq!(l.range(0, 9), times(1, 3));
         l.add(4, &sums(1));
-        t.insert(4, TrackRow { amount_due: 1, balance: 2 });
+        t.insert(4, TrackRow { amount_due_cents: 1, balance_cents: 2 });
         assert!(l.p.hist.is_some() && t.p.hist.is_some());
     }
 

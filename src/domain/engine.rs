@@ -16,11 +16,11 @@ pub struct TxRecord {
     pub by: Origin,
     pub id: Text,
     pub channel: Text,
-    pub amount: i64,
-    pub balance: i64,
-    pub amount_due: i128,
-    pub overall_balance: i128,
-    pub date: i64,
+    pub amount_cents: i64,
+    pub balance_cents: i64,
+    pub amount_due_cents: i128,
+    pub overall_balance_cents: i128,
+    pub date_secs: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,7 @@ pub fn generate_id() -> Text {
 /// A mutation in progress: the working tree, the clock reading and everything written so far.
 pub struct Ctx<'a> {
     pub tree: &'a mut Tree,
-    pub now: i64,
+    pub now_secs: i64,
     /// New records in creation order, with the account they belong to and their sequence
     /// number in its log (so the change takes this list as it is).
     pub records: Vec<(AccountId, u64, TxRecord)>,
@@ -153,10 +153,10 @@ pub struct Change {
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(tree: &'a mut Tree, now: i64) -> Self {
+    pub fn new(tree: &'a mut Tree, now_secs: i64) -> Self {
         Ctx {
             tree,
-            now,
+            now_secs,
             records: Vec::new(),
             dirty: Touched::default(),
             days: Touched::default(),
@@ -214,18 +214,18 @@ impl<'a> Ctx<'a> {
         let mut cur = Some(id);
         while let Some(c) = cur {
             let a = self.acc_mut(c)?;
-            a.sub_balance += balance_delta;
-            a.sub_due += due_delta;
+            a.sub_balance_cents += balance_delta;
+            a.sub_due_cents += due_delta;
             cur = a.parent;
         }
         Ok(())
     }
 
-    pub fn set_amount_due(&mut self, id: AccountId, v: i64) -> Result<(), OpError> {
+    pub fn set_amount_due(&mut self, id: AccountId, amount_due_cents: i64) -> Result<(), OpError> {
         let a = self.acc_mut(id)?;
         let g = a.grand.as_mut().ok_or(OpError::Internal)?;
-        let delta = i128::from(v) - i128::from(g.amount_due);
-        g.amount_due = v;
+        let delta = i128::from(amount_due_cents) - i128::from(g.amount_due_cents);
+        g.amount_due_cents = amount_due_cents;
         if delta != 0 {
             self.bubble(id, 0, delta)?;
         }
@@ -256,25 +256,26 @@ impl<'a> Ctx<'a> {
             None => self.new_id(x)?,
         };
         let acc = self.acc_mut(x)?;
-        acc.balance = if deposit { acc.balance.checked_add(a) } else { acc.balance.checked_sub(a) }
-            .ok_or(OpError::TooLarge)?;
-        if acc.balance < 0 {
+        acc.balance_cents =
+            if deposit { acc.balance_cents.checked_add(a) } else { acc.balance_cents.checked_sub(a) }
+                .ok_or(OpError::TooLarge)?;
+        if acc.balance_cents < 0 {
             return Err(OpError::Internal);
         }
         let amt = i128::from(a);
         let mut sums = DaySums::default();
         if deposit {
-            sums.dep_all = amt;
+            sums.dep_all_cents = amt;
             if *by == Origin::User {
-                sums.dep_user = amt;
+                sums.dep_user_cents = amt;
             }
             if *by == Origin::User
                 || (*by == Origin::System && contains_ignore_case(channel, "returned extra allocation-up"))
             {
-                sums.dep_alloc = amt;
+                sums.dep_alloc_cents = amt;
             }
         } else if *by == Origin::User {
-            sums.wd_user = amt;
+            sums.wd_user_cents = amt;
         }
         acc.days.add(day_of(date), &sums);
         let seq = acc.log_len;
@@ -287,11 +288,11 @@ impl<'a> Ctx<'a> {
             by: by.clone(),
             id: id.clone(),
             channel: channel.clone(),
-            amount: a,
-            balance: acc.balance,
-            amount_due: acc.sub_due,
-            overall_balance: acc.sub_balance,
-            date,
+            amount_cents: a,
+            balance_cents: acc.balance_cents,
+            amount_due_cents: acc.sub_due_cents,
+            overall_balance_cents: acc.sub_balance_cents,
+            date_secs: date,
         };
         self.records.push((x, seq, rec));
         Ok(id)
@@ -308,9 +309,9 @@ impl<'a> Ctx<'a> {
     /// TRACK(G): the latest row of the wall-clock day replaces earlier rows of that day, since
     /// only the latest row inside a range is ever read.
     fn track(&mut self, g: AccountId) -> Result<(), OpError> {
-        let day = day_of(self.now);
+        let day = day_of(self.now_secs);
         let a = self.acc_mut(g)?;
-        let row = TrackRow { amount_due: a.own_due(), balance: a.balance };
+        let row = TrackRow { amount_due_cents: a.own_due(), balance_cents: a.balance_cents };
         a.track.insert(day, row);
         self.track_days.insert((g, day));
         Ok(())
@@ -320,31 +321,31 @@ impl<'a> Ctx<'a> {
     pub fn need(&self, g: AccountId) -> Result<i64, OpError> {
         let a = self.acc(g)?;
         let gr = a.grand.as_ref().ok_or(OpError::Internal)?;
-        let need = gr.periods.times_round(gr.fixed_amount) - i128::from(a.balance);
+        let need = gr.periods.times_round(gr.fixed_amount_cents) - i128::from(a.balance_cents);
         i64::try_from(need).map_err(|_| OpError::TooLarge)
     }
 
     /// ROLLOVER(G, d) of 10.6 (catch-up of every missed period, D12).
-    pub fn rollover(&mut self, g: AccountId, d: i64) -> Result<(), OpError> {
+    pub fn rollover(&mut self, g: AccountId, date_secs: i64) -> Result<(), OpError> {
         let a = self.acc(g)?;
         let Some(gr) = a.grand.as_ref() else { return Ok(()) };
-        let (Some(due), Some(freq)) = (gr.due_date, gr.freq) else {
+        let (Some(due), Some(freq)) = (gr.due_date_secs, gr.freq_days) else {
             return Ok(());
         };
-        if gr.account_type != "Bill" || freq < 1 || d <= due {
+        if gr.account_type != "Bill" || freq < 1 || date_secs <= due {
             return Ok(());
         }
         let period = i64::from(freq) * DAY_SECS;
-        let k = (d - due + period - 1) / period;
+        let k = (date_secs - due + period - 1) / period;
         let new_due = due.checked_add(k.checked_mul(period).ok_or(OpError::TooLarge)?);
         let new_periods = gr.periods.add_int(k).ok_or(OpError::TooLarge)?;
-        let fixed = gr.fixed_amount;
+        let fixed = gr.fixed_amount_cents;
         let a = self.acc_mut(g)?;
         if a.status != Status::Closed {
             a.status = Status::Active;
         }
         let gr = a.grand.as_mut().ok_or(OpError::Internal)?;
-        gr.due_date = Some(new_due.ok_or(OpError::TooLarge)?);
+        gr.due_date_secs = Some(new_due.ok_or(OpError::TooLarge)?);
         gr.periods = new_periods;
         if fixed > 0 {
             let n = self.need(g)?;
@@ -360,7 +361,7 @@ impl<'a> Ctx<'a> {
         if mode == Mode::External {
             // Money entering the tree from outside: the conservation ledger counts it here, so no
             // caller can forget to.
-            self.tree.ledger.deposits += i128::from(a);
+            self.tree.ledger.deposits_cents += i128::from(a);
         }
         let checks_status = matches!(mode, Mode::External | Mode::Transfer);
         match kind {
@@ -376,7 +377,7 @@ impl<'a> Ctx<'a> {
                 if checks_status && self.acc(x)?.status != Status::Active {
                     return Err(OpError::NotActive);
                 }
-                let fixed = self.acc(x)?.grand.as_ref().map_or(0, |g| g.fixed_amount);
+                let fixed = self.acc(x)?.grand.as_ref().map_or(0, |g| g.fixed_amount_cents);
                 let need = if fixed > 0 { self.need(x)? } else { 0 };
                 if fixed > 0 && a >= need {
                     let c = need.max(0);
@@ -419,7 +420,7 @@ impl<'a> Ctx<'a> {
     /// RETURN_SURPLUS(Q, s, origin_by) of 10.5.
     fn return_surplus(&mut self, q: AccountId, s: i64, origin_by: &Origin) -> Result<(), OpError> {
         let channel = if *origin_by == Origin::User { CH_UP } else { CH_DOWN };
-        let now = self.now;
+        let now = self.now_secs;
         match self.acc(q)?.kind {
             Kind::Child => self.credit(q, Posting::system(s, &channel, now)).map(|_| ()),
             Kind::Grandchild => self.deposit(q, Posting::system(s, &channel, now), Mode::Surplus),
@@ -430,7 +431,7 @@ impl<'a> Ctx<'a> {
     /// Step 2 of SPLIT: roll every grandchild-kind child over at `now`.
     pub fn rollover_children(&mut self, p: AccountId) -> Result<(), OpError> {
         let children = self.acc(p)?.children.clone();
-        let now = self.now;
+        let now = self.now_secs;
         for c in children {
             if self.acc(c)?.kind == Kind::Grandchild {
                 self.rollover(c, now)?;
@@ -445,7 +446,7 @@ impl<'a> Ctx<'a> {
         for c in &self.acc(p)?.children {
             let ca = self.acc(*c)?;
             if ca.status == Status::Active {
-                e.push((ca.priority, *c));
+                e.push((ca.priority_ppm, *c));
             }
         }
         e.sort_by_key(|(prio, _)| std::cmp::Reverse(*prio));
@@ -455,7 +456,7 @@ impl<'a> Ctx<'a> {
     /// A split's debit of the parent: a grandchild-kind parent gets a tracker row but keeps its
     /// periods (D15).
     fn split_debit(&mut self, p: AccountId, a: i64, by: &Origin, channel: &Text) -> Result<(), OpError> {
-        let now = self.now;
+        let now = self.now_secs;
         self.debit(p, Posting { amount_cents: a, by, channel, txid: None, date_secs: now })?;
         if self.acc(p)?.kind == Kind::Grandchild {
             self.track(p)?;
@@ -471,7 +472,7 @@ impl<'a> Ctx<'a> {
         self.rollover_children(p)?;
         let e = self.active_children(p)?;
         let Some(&first) = e.first() else { return Ok(()) };
-        let now = self.now;
+        let now = self.now_secs;
         let from = Text::from(format!("Allocation from {}", self.acc(p)?.name));
         let credit = Posting { amount_cents: a, by, channel: &from, txid: id, date_secs: now };
         if a < 10 {
@@ -480,7 +481,7 @@ impl<'a> Ctx<'a> {
             return self.deposit(first, credit, Mode::Share);
         }
         let weights: Vec<i64> =
-            e.iter().map(|c| self.acc(*c).map(|x| x.allocation)).collect::<Result<_, _>>()?;
+            e.iter().map(|c| self.acc(*c).map(|x| x.allocation_ppm)).collect::<Result<_, _>>()?;
         let Some(shares) = largest_remainder(a, &weights) else {
             return Ok(());
         };
@@ -498,7 +499,7 @@ impl<'a> Ctx<'a> {
         let a = p.amount_cents;
         self.debit(x, p)?;
         // Money leaving the tree: counted by the engine (see `deposit`).
-        self.tree.ledger.withdrawals += i128::from(a);
+        self.tree.ledger.withdrawals_cents += i128::from(a);
         self.after_user_debit(x, a)
     }
 
@@ -506,8 +507,8 @@ impl<'a> Ctx<'a> {
     fn after_user_debit(&mut self, x: AccountId, a: i64) -> Result<(), OpError> {
         let acc = self.acc_mut(x)?;
         if let Some(g) = acc.grand.as_mut() {
-            if g.fixed_amount > 0 {
-                g.periods = g.periods.sub_ratio(a, g.fixed_amount).ok_or(OpError::TooLarge)?;
+            if g.fixed_amount_cents > 0 {
+                g.periods = g.periods.sub_ratio(a, g.fixed_amount_cents).ok_or(OpError::TooLarge)?;
             }
             self.track(x)?;
         }
@@ -515,16 +516,16 @@ impl<'a> Ctx<'a> {
     }
 
     /// /move_balance effects (10.8).
-    pub fn transfer(&mut self, from: AccountId, to: AccountId, a: i64) -> Result<(), OpError> {
-        let now = self.now;
-        self.debit(from, Posting::system(a, &CH_TRANSFER, now))?;
-        self.after_user_debit(from, a)?;
-        self.deposit(to, Posting::system(a, &CH_TRANSFER, now), Mode::Transfer)
+    pub fn transfer(&mut self, from: AccountId, to: AccountId, amount_cents: i64) -> Result<(), OpError> {
+        let terms = Posting::system(amount_cents, &CH_TRANSFER, self.now_secs);
+        self.debit(from, terms)?;
+        self.after_user_debit(from, amount_cents)?;
+        self.deposit(to, terms, Mode::Transfer)
     }
 
     /// Appends `acc` (already shaped, parent set) to its parent's children.
     pub fn attach(&mut self, acc: Account) -> Result<AccountId, OpError> {
-        let (id, parent, due) = (acc.uuid, acc.parent.ok_or(OpError::Internal)?, acc.sub_due);
+        let (id, parent, due) = (acc.uuid, acc.parent.ok_or(OpError::Internal)?, acc.sub_due_cents);
         self.tree.accounts.insert(id, Arc::new(acc));
         self.dirty.insert(id);
         self.acc_mut(parent)?.children.push(id);
@@ -533,10 +534,10 @@ impl<'a> Ctx<'a> {
     }
 
     /// Sets a child's allocation; 0 makes it inactive unless closed (7.2, D32).
-    pub fn set_allocation(&mut self, child: AccountId, allocation: i64) -> Result<(), OpError> {
+    pub fn set_allocation(&mut self, child: AccountId, allocation_ppm: i64) -> Result<(), OpError> {
         let c = self.acc_mut(child)?;
-        c.allocation = allocation;
-        if allocation == 0 && c.status != Status::Closed {
+        c.allocation_ppm = allocation_ppm;
+        if allocation_ppm == 0 && c.status != Status::Closed {
             c.status = Status::Inactive;
         }
         Ok(())
@@ -547,7 +548,7 @@ impl<'a> Ctx<'a> {
         let acc = self.acc(x)?;
         let parent = acc.parent.ok_or(OpError::Internal)?;
         let name = acc.name.clone();
-        let (b, due) = (acc.sub_balance, acc.sub_due);
+        let (b, due) = (acc.sub_balance_cents, acc.sub_due_cents);
         let removed: Vec<(AccountId, u64)> = self
             .tree
             .preorder(x)
@@ -566,7 +567,7 @@ impl<'a> Ctx<'a> {
         self.bubble(parent, -b, -due)?;
         if b > 0 {
             let b = i64::try_from(b).map_err(|_| OpError::TooLarge)?;
-            let now = self.now;
+            let now = self.now_secs;
             let channel = Text::from(format!("Returned from deleted account {name}"));
             self.credit(parent, Posting::system(b, &channel, now))?;
         }
@@ -628,7 +629,7 @@ mod tests {
         let mut ctx = Ctx::new(&mut tree, now);
         for (id, alloc) in [(2, 600_000), (3, 400_000)] {
             let mut a = Account::new(id, format!("C{id}").into(), Kind::Child, Some(1), None);
-            a.allocation = alloc;
+            a.allocation_ppm = alloc;
             ctx.attach(a).unwrap();
         }
         let (by, channel, txid) = (Origin::from("Payroll"), Text::from("bank"), Text::from("T-1"));
@@ -649,20 +650,23 @@ mod tests {
         assert_eq!(acc, 1);
         assert!(credit.deposit);
         assert_eq!((&credit.by, &credit.channel, &credit.id), (&by, &channel, &txid));
-        assert_eq!((credit.amount, credit.date), (1_001, now - 5));
+        assert_eq!((credit.amount_cents, credit.date_secs), (1_001, now - 5));
         // The split: main's debit, then the shares, all by System under the credit's id.
         for (_, r) in &recs[1..4] {
-            assert_eq!((&r.by, r.date), (&Origin::System, now));
+            assert_eq!((&r.by, r.date_secs), (&Origin::System, now));
         }
         assert_eq!(
-            recs[2..4].iter().map(|(_, r)| (r.amount, &r.id)).collect::<Vec<_>>(),
+            recs[2..4].iter().map(|(_, r)| (r.amount_cents, &r.id)).collect::<Vec<_>>(),
             [(601, &txid), (400, &txid)]
         );
         let (acc, wd) = recs[4];
-        assert_eq!((acc, wd.deposit, wd.amount, &wd.by), (2, false, 100, &Origin::User));
-        assert_eq!(tree.ledger, Ledger { initial_balance: 500, deposits: 1_001, withdrawals: 100 });
+        assert_eq!((acc, wd.deposit, wd.amount_cents, &wd.by), (2, false, 100, &Origin::User));
+        assert_eq!(
+            tree.ledger,
+            Ledger { initial_balance_cents: 500, deposits_cents: 1_001, withdrawals_cents: 100 }
+        );
         assert_eq!(crate::domain::tree::check_invariants(&tree), Ok(()));
-        assert_eq!(tree.get(1).unwrap().sub_balance, 1_401);
+        assert_eq!(tree.get(1).unwrap().sub_balance_cents, 1_401);
     }
 
     #[test]

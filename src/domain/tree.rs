@@ -49,11 +49,11 @@ impl Kind {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grand {
-    pub due_date: Option<i64>,
-    pub fixed_amount: i64,
-    pub amount_due: i64,
+    pub due_date_secs: Option<i64>,
+    pub fixed_amount_cents: i64,
+    pub amount_due_cents: i64,
     pub account_type: Text,
-    pub freq: Option<u32>,
+    pub freq_days: Option<u32>,
     pub periods: Frac,
 }
 
@@ -64,19 +64,18 @@ pub struct Account {
     pub kind: Kind,
     pub parent: Option<AccountId>,
     pub children: Vec<AccountId>,
-    pub balance: i64,
-    /// Millionths; 0 for main.
-    pub allocation: i64,
-    /// Millionths.
-    pub priority: i64,
+    pub balance_cents: i64,
+    /// 0 for main.
+    pub allocation_ppm: i64,
+    pub priority_ppm: i64,
     pub status: Status,
     pub grand: Option<Grand>,
     /// Number of records in this account's log (the next record's sequence number).
     pub log_len: u64,
     /// total_balance (10.12), kept current by every balance change.
-    pub sub_balance: i128,
+    pub sub_balance_cents: i128,
     /// total_due (10.12), kept current by every amount_due change.
-    pub sub_due: i128,
+    pub sub_due_cents: i128,
     /// Per-day sums; stored as day rows of their own, not inside the account row.
     #[serde(skip)]
     pub days: DayLedger,
@@ -94,21 +93,21 @@ impl Account {
         parent: Option<AccountId>,
         grand: Option<Grand>,
     ) -> Account {
-        let sub_due = grand.as_ref().map_or(0, |g| i128::from(g.amount_due));
+        let sub_due = grand.as_ref().map_or(0, |g| i128::from(g.amount_due_cents));
         Account {
             uuid,
             name,
             kind,
             parent,
             children: Vec::new(),
-            balance: 0,
-            allocation: 0,
-            priority: 0,
+            balance_cents: 0,
+            allocation_ppm: 0,
+            priority_ppm: 0,
             status: Status::Active,
             grand,
             log_len: 0,
-            sub_balance: 0,
-            sub_due,
+            sub_balance_cents: 0,
+            sub_due_cents: sub_due,
             days: DayLedger::default(),
             track: TrackLog::default(),
         }
@@ -118,22 +117,22 @@ impl Account {
         self.kind != Kind::Main
     }
     pub fn own_due(&self) -> i64 {
-        self.grand.as_ref().map_or(0, |g| g.amount_due)
+        self.grand.as_ref().map_or(0, |g| g.amount_due_cents)
     }
 }
 
 /// Lifetime money totals used by the conservation invariant (SPEC 13.2 item 10).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ledger {
-    pub initial_balance: i64,
-    pub deposits: i128,
-    pub withdrawals: i128,
+    pub initial_balance_cents: i64,
+    pub deposits_cents: i128,
+    pub withdrawals_cents: i128,
 }
 
 impl Ledger {
     /// What the tree must hold: the initial balance, plus every deposit, minus every withdrawal.
     pub fn expected_total(&self) -> i128 {
-        i128::from(self.initial_balance) + self.deposits - self.withdrawals
+        i128::from(self.initial_balance_cents) + self.deposits_cents - self.withdrawals_cents
     }
 }
 
@@ -168,14 +167,14 @@ pub fn parse_uuid(s: &str) -> Option<AccountId> {
 
 impl Tree {
     /// A new user's tree: the main account `Main` holding the opening balance.
-    pub fn new_user(root: AccountId, initial_balance: i64) -> Tree {
+    pub fn new_user(root: AccountId, initial_balance_cents: i64) -> Tree {
         let mut main = Account::new(root, Text::Static("Main"), Kind::Main, None, None);
-        main.balance = initial_balance;
-        main.sub_balance = i128::from(initial_balance);
+        main.balance_cents = initial_balance_cents;
+        main.sub_balance_cents = i128::from(initial_balance_cents);
         Tree {
             root,
             accounts: [(root, Arc::new(main))].into_iter().collect(),
-            ledger: Ledger { initial_balance, deposits: 0, withdrawals: 0 },
+            ledger: Ledger { initial_balance_cents, deposits_cents: 0, withdrawals_cents: 0 },
             id_key: None,
         }
     }
@@ -206,7 +205,7 @@ impl Tree {
     /// Sum of the direct children's allocations (millionths), always exact (D7).
     pub fn total_allocation(&self, id: AccountId) -> i64 {
         self.get(id)
-            .map(|a| a.children.iter().filter_map(|c| self.get(*c)).map(|c| c.allocation).sum())
+            .map(|a| a.children.iter().filter_map(|c| self.get(*c)).map(|c| c.allocation_ppm).sum())
             .unwrap_or(0)
     }
 
@@ -281,7 +280,7 @@ impl Tree {
             .filter_map(|x| self.get(x))
             .filter(|a| a.kind == Kind::Grandchild)
             .filter_map(|a| a.track.latest(from_day, to_day))
-            .map(|r| i128::from(if due { r.amount_due } else { r.balance }))
+            .map(|r| i128::from(if due { r.amount_due_cents } else { r.balance_cents }))
             .sum()
     }
 
@@ -291,14 +290,14 @@ impl Tree {
             .into_iter()
             .filter_map(|x| self.get(x))
             .filter_map(|a| a.grand.as_ref())
-            .filter(|g| match g.due_date {
+            .filter(|g| match g.due_date_secs {
                 Some(due) => {
                     let ahead = i128::from(due) - i128::from(now_secs);
                     ahead >= 0 && ahead * 1_000_000 <= days_micro * 86_400
                 }
                 None => false,
             })
-            .map(|g| i128::from(g.amount_due))
+            .map(|g| i128::from(g.amount_due_cents))
             .sum()
     }
 }
@@ -306,18 +305,18 @@ impl Tree {
 /// The range answers of 10.15 for one account.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RangeFigures {
-    pub spending: i128,
-    pub income: i128,
-    pub allocated: i128,
+    pub spending_cents: i128,
+    pub income_cents: i128,
+    pub allocated_cents: i128,
 }
 
 impl RangeFigures {
     /// The 10.15 rules from an account's own sums and its strict descendants' sums.
     pub fn from_sums(own: &DaySums, desc: &DaySums) -> RangeFigures {
         RangeFigures {
-            spending: own.wd_user + desc.wd_user,
-            income: own.dep_user + desc.dep_user,
-            allocated: own.dep_all + desc.dep_alloc,
+            spending_cents: own.wd_user_cents + desc.wd_user_cents,
+            income_cents: own.dep_user_cents + desc.dep_user_cents,
+            allocated_cents: own.dep_all_cents + desc.dep_alloc_cents,
         }
     }
 }
@@ -328,14 +327,14 @@ pub fn range_figures(tree: &Tree, id: AccountId, from_day: i64, to_day: i64) -> 
 }
 
 /// income_utilization (10.15) as exact decimal text.
-pub fn utilization_text(spending: i128, allocated: i128) -> String {
-    if allocated > 0 {
-        fmt_scaled(div_round(spending * 1_000_000, allocated), 6)
-    } else if spending == 0 {
+pub fn utilization_text(spending_cents: i128, allocated_cents: i128) -> String {
+    if allocated_cents > 0 {
+        fmt_scaled(div_round(spending_cents * 1_000_000, allocated_cents), 6)
+    } else if spending_cents == 0 {
         "0".to_string()
     } else {
         // The reference divides by f64 epsilon (2^-52): S units * 2^52, exact in cents.
-        fmt_scaled(spending * 4_503_599_627_370_496, 2)
+        fmt_scaled(spending_cents * 4_503_599_627_370_496, 2)
     }
 }
 
@@ -345,7 +344,7 @@ pub fn utilization_text(spending: i128, allocated: i128) -> String {
 /// [`check_invariants`] it trusts the subtree aggregates instead of recomputing them (that walks
 /// the whole tree).
 pub fn check_ledger(tree: &Tree, ledger: &Ledger) -> Result<(), String> {
-    let total = tree.get(tree.root).ok_or("root missing")?.sub_balance;
+    let total = tree.get(tree.root).ok_or("root missing")?.sub_balance_cents;
     let expected = ledger.expected_total();
     if total != expected {
         return Err(format!(
@@ -369,7 +368,7 @@ pub fn check_invariants(tree: &Tree) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Err("depth exceeded".into());
         }
-        if a.balance < 0 {
+        if a.balance_cents < 0 {
             return Err(format!("negative balance on {}", a.name));
         }
         let expected_kind = match depth {
@@ -382,7 +381,7 @@ pub fn check_invariants(tree: &Tree) -> Result<(), String> {
         }
         let mut names = std::collections::HashSet::new();
         let mut alloc = 0i64;
-        let mut bal = i128::from(a.balance);
+        let mut bal = i128::from(a.balance_cents);
         let mut due = i128::from(a.own_due());
         for c in &a.children {
             let ca = t.get(*c).ok_or("dangling child")?;
@@ -392,10 +391,10 @@ pub fn check_invariants(tree: &Tree) -> Result<(), String> {
             if !names.insert(ca.name.as_str()) {
                 return Err(format!("duplicate child name {}", ca.name));
             }
-            if !(0..=ALLOC_ONE).contains(&ca.allocation) {
+            if !(0..=ALLOC_ONE).contains(&ca.allocation_ppm) {
                 return Err("allocation out of range".into());
             }
-            alloc += ca.allocation;
+            alloc += ca.allocation_ppm;
             let (b, d) = walk(t, *c, depth + 1, seen)?;
             bal += b;
             due += d;
@@ -403,7 +402,7 @@ pub fn check_invariants(tree: &Tree) -> Result<(), String> {
         if alloc > ALLOC_ONE {
             return Err(format!("allocations under {} exceed 1", a.name));
         }
-        if bal != a.sub_balance || due != a.sub_due {
+        if bal != a.sub_balance_cents || due != a.sub_due_cents {
             return Err(format!("stale subtree aggregate on {}", a.name));
         }
         Ok((bal, due))
@@ -448,16 +447,16 @@ mod tests {
         let mut t = Tree::new_user(1, 500);
         assert_eq!(check_ledger(&t, &t.ledger.clone()), Ok(()));
         // Money in that no account holds.
-        let ledger = Ledger { deposits: 100, ..t.ledger.clone() };
+        let ledger = Ledger { deposits_cents: 100, ..t.ledger.clone() };
         assert!(check_ledger(&t, &ledger).is_err());
         // Money an account holds that never came in.
         let main = Arc::make_mut(t.accounts.get_mut(&1).unwrap());
-        main.balance += 100;
-        main.sub_balance += 100;
+        main.balance_cents += 100;
+        main.sub_balance_cents += 100;
         assert!(check_ledger(&t, &t.ledger.clone()).unwrap_err().contains("not what its ledger counts"));
         assert_eq!(check_ledger(&t, &ledger), Ok(()));
         // It trusts the aggregates: a stale one is for the full check to find.
-        Arc::make_mut(t.accounts.get_mut(&1).unwrap()).balance -= 100;
+        Arc::make_mut(t.accounts.get_mut(&1).unwrap()).balance_cents -= 100;
         assert_eq!(check_ledger(&t, &ledger), Ok(()));
         t.ledger = ledger;
         assert!(check_invariants(&t).is_err());

@@ -183,11 +183,11 @@ impl Bin for Kind {
 
 impl Bin for Grand {
     fn put(&self, f: &mut Vec<u8>) {
-        self.due_date.put(f);
-        self.fixed_amount.put(f);
-        self.amount_due.put(f);
+        self.due_date_secs.put(f);
+        self.fixed_amount_cents.put(f);
+        self.amount_due_cents.put(f);
         self.account_type.put(f);
-        self.freq.put(f);
+        self.freq_days.put(f);
         self.periods.num.put(f);
         self.periods.den.put(f);
     }
@@ -201,14 +201,14 @@ impl Bin for Account {
         self.kind.put(f);
         self.parent.put(f);
         self.children.put(f);
-        self.balance.put(f);
-        self.allocation.put(f);
-        self.priority.put(f);
+        self.balance_cents.put(f);
+        self.allocation_ppm.put(f);
+        self.priority_ppm.put(f);
         self.status.put(f);
         self.grand.put(f);
         self.log_len.put(f);
-        self.sub_balance.put(f);
-        self.sub_due.put(f);
+        self.sub_balance_cents.put(f);
+        self.sub_due_cents.put(f);
     }
 }
 
@@ -218,35 +218,35 @@ impl Bin for TxRecord {
         self.by.put(f);
         self.id.put(f);
         self.channel.put(f);
-        self.amount.put(f);
-        self.balance.put(f);
-        self.amount_due.put(f);
-        self.overall_balance.put(f);
-        self.date.put(f);
+        self.amount_cents.put(f);
+        self.balance_cents.put(f);
+        self.amount_due_cents.put(f);
+        self.overall_balance_cents.put(f);
+        self.date_secs.put(f);
     }
 }
 
 impl Bin for DaySums {
     fn put(&self, f: &mut Vec<u8>) {
-        self.dep_user.put(f);
-        self.wd_user.put(f);
-        self.dep_all.put(f);
-        self.dep_alloc.put(f);
+        self.dep_user_cents.put(f);
+        self.wd_user_cents.put(f);
+        self.dep_all_cents.put(f);
+        self.dep_alloc_cents.put(f);
     }
 }
 
 impl Bin for TrackRow {
     fn put(&self, f: &mut Vec<u8>) {
-        self.amount_due.put(f);
-        self.balance.put(f);
+        self.amount_due_cents.put(f);
+        self.balance_cents.put(f);
     }
 }
 
 impl Bin for Ledger {
     fn put(&self, f: &mut Vec<u8>) {
-        self.initial_balance.put(f);
-        self.deposits.put(f);
-        self.withdrawals.put(f);
+        self.initial_balance_cents.put(f);
+        self.deposits_cents.put(f);
+        self.withdrawals_cents.put(f);
     }
 }
 
@@ -340,38 +340,38 @@ mod tests {
         ) {
             let kind = [Kind::Main, Kind::Child, Kind::Grandchild][usize::from(kind)];
             let g = grand.then(|| Grand {
-                due_date: (n[0] % 2 == 0).then_some(n[1] as i64),
-                fixed_amount: n[2] as i64,
-                amount_due: n[3] as i64,
+                due_date_secs: (n[0] % 2 == 0).then_some(n[1] as i64),
+                fixed_amount_cents: n[2] as i64,
+                amount_due_cents: n[3] as i64,
                 account_type: name.as_str().into(),
-                freq: (n[4] % 2 == 0).then_some(n[5] as u32),
+                freq_days: (n[4] % 2 == 0).then_some(n[5] as u32),
                 periods: Frac { num: n[6] as i64, den: n[7] as i64 },
             });
             let mut a = Account::new(n[0] as u128, name.as_str().into(), kind, (n[1] % 3 == 0).then_some(n[2] as u128), g);
             a.children = n.iter().map(|x| *x as u128).collect();
-            a.balance = n[3] as i64;
-            a.allocation = n[4] as i64;
-            a.priority = n[5] as i64;
+            a.balance_cents = n[3] as i64;
+            a.allocation_ppm = n[4] as i64;
+            a.priority_ppm = n[5] as i64;
             a.status = name.chars().rev().collect::<String>().into();
             a.log_len = n[6] as u64;
-            a.sub_balance = n[7];
-            a.sub_due = -n[0];
+            a.sub_balance_cents = n[7];
+            a.sub_due_cents = -n[0];
             same(&a)?;
             let r = TxRecord {
                 deposit,
                 by: name.as_str().into(),
                 id: format!("{}", n[1]).into(),
                 channel: name.repeat(2).into(),
-                amount: n[2] as i64,
-                balance: n[3] as i64,
-                amount_due: n[4],
-                overall_balance: n[5],
-                date: n[6] as i64,
+                amount_cents: n[2] as i64,
+                balance_cents: n[3] as i64,
+                amount_due_cents: n[4],
+                overall_balance_cents: n[5],
+                date_secs: n[6] as i64,
             };
             same(&r)?;
-            same(&DaySums { dep_user: n[0], wd_user: n[1], dep_all: n[2], dep_alloc: n[3] })?;
-            same(&TrackRow { amount_due: n[4] as i64, balance: n[5] as i64 })?;
-            let ledger = Ledger { initial_balance: n[0] as i64, deposits: n[1], withdrawals: n[2] };
+            same(&DaySums { dep_user_cents: n[0], wd_user_cents: n[1], dep_all_cents: n[2], dep_alloc_cents: n[3] })?;
+            same(&TrackRow { amount_due_cents: n[4] as i64, balance_cents: n[5] as i64 })?;
+            let ledger = Ledger { initial_balance_cents: n[0] as i64, deposits_cents: n[1], withdrawals_cents: n[2] };
             same(&ledger)?;
             same(&UserRecord {
                 user_id: name.as_str().into(),

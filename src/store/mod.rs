@@ -440,11 +440,11 @@ mod tests {
             by: "User".into(),
             id: "T".into(),
             channel: "c".into(),
-            amount: 1,
-            balance: 1,
-            amount_due: 0,
-            overall_balance: 1,
-            date: 0,
+            amount_cents: 1,
+            balance_cents: 1,
+            amount_due_cents: 0,
+            overall_balance_cents: 1,
+            date_secs: 0,
         }
     }
 

@@ -724,11 +724,11 @@ mod tests {
             by: "User".into(),
             id: format!("t{n}").into(),
             channel: "c".into(),
-            amount: n as i64 + 1,
-            balance: 0,
-            amount_due: 0,
-            overall_balance: 0,
-            date: 0,
+            amount_cents: n as i64 + 1,
+            balance_cents: 0,
+            amount_due_cents: 0,
+            overall_balance_cents: 0,
+            date_secs: 0,
         }
     }
 

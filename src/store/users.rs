@@ -793,7 +793,11 @@ mod tests {
             role: "user".into(),
             created_at: 0,
             root,
-            ledger: crate::domain::tree::Ledger { initial_balance: 500, deposits: 0, withdrawals: 0 },
+            ledger: crate::domain::tree::Ledger {
+                initial_balance_cents: 500,
+                deposits_cents: 0,
+                withdrawals_cents: 0,
+            },
         }
     }
 
@@ -856,18 +860,18 @@ mod tests {
                 ("not what its ledger counts", |t, c| {
                     // Money from nowhere: main holds 100 more, no deposit counted.
                     let main = Arc::make_mut(t.accounts.get_mut(&11).unwrap());
-                    main.balance += 100;
-                    main.sub_balance += 100;
+                    main.balance_cents += 100;
+                    main.sub_balance_cents += 100;
                     c.accounts = vec![t.accounts[&11].clone()];
                 }),
                 ("not what its ledger counts", |t, c| {
                     // A deposit counted that no account received.
-                    t.ledger.deposits += 100;
+                    t.ledger.deposits_cents += 100;
                     c.ledger = t.ledger.clone();
                 }),
                 ("is not the tree's", |_, c| {
                     // The record would carry a ledger the tree does not.
-                    c.ledger.withdrawals += 1;
+                    c.ledger.withdrawals_cents += 1;
                 }),
             ];
             for (why, breaks) in broken {
@@ -883,9 +887,12 @@ mod tests {
                 (kept.tree.ledger.clone(), kept.knowledge),
                 (before.tree.ledger.clone(), before.knowledge)
             );
-            assert_eq!(kept.tree.get(11).unwrap().sub_balance, 500);
+            assert_eq!(kept.tree.get(11).unwrap().sub_balance_cents, 500);
             let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
-            assert_eq!((stored.ledger, tree.get(11).unwrap().balance), (before.user.ledger.clone(), 500));
+            assert_eq!(
+                (stored.ledger, tree.get(11).unwrap().balance_cents),
+                (before.user.ledger.clone(), 500)
+            );
             // A sound write right after goes through.
             let g = users.lock("u").await.unwrap();
             let mut tree = g.current.clone().unwrap().tree.clone();
@@ -901,7 +908,7 @@ mod tests {
             let change = ctx.finish();
             g.commit(change, tree).await.unwrap();
             let (stored, tree) = users.store.load_user("u").await.unwrap().unwrap();
-            assert_eq!((stored.ledger.deposits, tree.get(11).unwrap().balance), (50, 550));
+            assert_eq!((stored.ledger.deposits_cents, tree.get(11).unwrap().balance_cents), (50, 550));
         });
     }
 

@@ -54,22 +54,22 @@ pub struct Migrated {
 impl AccountV1 {
     pub fn migrate(self) -> Migrated {
         let grand = self.grand.map(|g| Grand {
-            due_date: g.due_date,
-            fixed_amount: g.fixed_amount,
-            amount_due: g.amount_due,
+            due_date_secs: g.due_date,
+            fixed_amount_cents: g.fixed_amount,
+            amount_due_cents: g.amount_due,
             account_type: g.account_type.into(),
-            freq: g.freq,
+            freq_days: g.freq,
             periods: g.periods,
         });
         let mut account = Account::new(self.uuid, self.name.into(), self.kind, self.parent, grand);
         account.children = self.children;
-        account.balance = self.balance;
-        account.allocation = self.allocation;
-        account.priority = self.priority;
+        account.balance_cents = self.balance;
+        account.allocation_ppm = self.allocation;
+        account.priority_ppm = self.priority;
         account.status = self.status.into();
         account.log_len = self.log_len;
-        account.sub_balance = self.sub_balance;
-        account.sub_due = self.sub_due;
+        account.sub_balance_cents = self.sub_balance;
+        account.sub_due_cents = self.sub_due;
         // Each day's own sums are the difference of consecutive cumulative entries.
         let mut prev = DaySums::default();
         let mut days = Vec::with_capacity(self.days.cum.len());

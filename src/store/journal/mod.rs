@@ -610,17 +610,17 @@ mod tests {
         let accounts = (0..(shape % 4) as usize)
             .map(|i| {
                 let grand = (i % 2 == 1).then(|| Grand {
-                    due_date: Some(at(i)),
-                    fixed_amount: at(i + 1),
-                    amount_due: at(i + 2),
+                    due_date_secs: Some(at(i)),
+                    fixed_amount_cents: at(i + 1),
+                    amount_due_cents: at(i + 2),
                     account_type: "bill ü".into(),
-                    freq: Some(at(i) as u32),
+                    freq_days: Some(at(i) as u32),
                     periods: Frac::int(at(i + 3) % 1000),
                 });
                 let kind = if grand.is_some() { Kind::Grandchild } else { Kind::Child };
                 let mut a = Account::new(wide(i) as u128, format!("n{i}✓").into(), kind, Some(7), grand);
-                a.balance = at(i + 4);
-                a.sub_balance = wide(i + 5);
+                a.balance_cents = at(i + 4);
+                a.sub_balance_cents = wide(i + 5);
                 a.children = vec![1, u128::MAX, wide(i) as u128];
                 Arc::new(a)
             })
@@ -630,11 +630,11 @@ mod tests {
             by: "User".into(),
             id: format!("t{}", at(i)).into(),
             channel: "c".repeat(i % 3).into(),
-            amount: at(i),
-            balance: at(i + 1),
-            amount_due: wide(i + 2),
-            overall_balance: -wide(i + 3),
-            date: at(i + 4),
+            amount_cents: at(i),
+            balance_cents: at(i + 1),
+            amount_due_cents: wide(i + 2),
+            overall_balance_cents: -wide(i + 3),
+            date_secs: at(i + 4),
         };
         let change = crate::domain::engine::Change {
             accounts,
@@ -643,16 +643,16 @@ mod tests {
             days: (0..2)
                 .map(|i| {
                     let s = DaySums {
-                        dep_user: wide(i),
-                        wd_user: -wide(i + 1),
-                        dep_all: 0,
-                        dep_alloc: wide(i + 2),
+                        dep_user_cents: wide(i),
+                        wd_user_cents: -wide(i + 1),
+                        dep_all_cents: 0,
+                        dep_alloc_cents: wide(i + 2),
                     };
                     (3, at(i), s)
                 })
                 .collect(),
             track: (0..(shape % 3) as usize)
-                .map(|i| (4, at(i), TrackRow { amount_due: at(i + 1), balance: at(i + 2) }))
+                .map(|i| (4, at(i), TrackRow { amount_due_cents: at(i + 1), balance_cents: at(i + 2) }))
                 .collect(),
             ledger: Default::default(),
             main_txids: vec!["a".into(), format!("{}", at(3)).into()],
@@ -731,7 +731,7 @@ mod tests {
         rt.block_on(store.commit(Box::new(commit(&n(200), 1)), 0, None)).unwrap();
         let balances = || {
             let (_, tree) = rt.block_on(store.load_user("user5")).unwrap().unwrap();
-            tree.accounts.values().map(|a| a.balance).collect::<Vec<i64>>()
+            tree.accounts.values().map(|a| a.balance_cents).collect::<Vec<i64>>()
         };
         assert_eq!(balances(), vec![200]);
         // Once the applier thread is surely done too.
