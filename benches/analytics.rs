@@ -123,6 +123,7 @@ fn run_once(f: &Fixture, ep: Ep, query: &str) {
         has_auth: true,
         idem: None,
         envelope: Envelope { render: render_success, prefix: "", start_us: NOW * 1_000_000 },
+        document: bytes::Bytes::new(),
     };
     let out = f.rt.block_on(respond(&f.app, ep, &rq, "bench"));
     assert!(out.is_ok(), "{query}");

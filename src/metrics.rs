@@ -34,6 +34,7 @@ struct Metrics {
     cache_users: IntGauge,
     rate_limited: IntCounterVec,
     auth_failures: IntCounterVec,
+    imported_lines: IntCounterVec,
 }
 
 /// Definitions never fail (names and labels are fixed literals); `expect` documents that.
@@ -85,7 +86,12 @@ fn build() -> Metrics {
         &["kind", "answer"],
     )
     .expect(FIXED);
-    let all: [Box<dyn prometheus::core::Collector>; 11] = [
+    let imported_lines = IntCounterVec::new(
+        Opts::new("import_lines_total", "Statement lines of committed imports, by what they did"),
+        &["action"],
+    )
+    .expect(FIXED);
+    let all: [Box<dyn prometheus::core::Collector>; 12] = [
         Box::new(requests.clone()),
         Box::new(latency_vec.clone()),
         Box::new(commit_seconds.clone()),
@@ -97,6 +103,7 @@ fn build() -> Metrics {
         Box::new(cache_users.clone()),
         Box::new(rate_limited.clone()),
         Box::new(auth_failures.clone()),
+        Box::new(imported_lines.clone()),
     ];
     for c in all {
         registry.register(c).expect(FIXED);
@@ -114,6 +121,7 @@ fn build() -> Metrics {
         cache_users,
         rate_limited,
         auth_failures,
+        imported_lines,
     }
 }
 
@@ -217,6 +225,11 @@ pub fn rate_limited(limiter: &'static str) {
 /// `401`, or `429` while a failed-attempt backoff runs.
 pub fn auth_failed(kind: &'static str, answer: &'static str) {
     M.auth_failures.with_label_values(&[kind, answer]).inc();
+}
+
+/// A committed import's lines: `action` is deposit, withdraw, duplicate or needs_attention.
+pub fn imported(action: &'static str, lines: u64) {
+    M.imported_lines.with_label_values(&[action]).inc_by(lines);
 }
 
 /// The text exposition format of every metric; `resident_users` is sampled now (cheaper than

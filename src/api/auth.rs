@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::decl::{row, Access, Endpoint, Kind as P, Msgs, Param, Shape, Verb};
+use super::decl::{row, Access, Body, Endpoint, Kind as P, Msgs, Param, Shape, Verb};
 use super::endpoints::Ep;
 use super::json::Obj;
 use super::params::PVal;
@@ -50,6 +50,7 @@ pub static REGISTER: Endpoint = Endpoint {
     summary: "Create a user and its tree (password mode without a token, token mode with one)",
     access: Access::Optional,
     writes: false,
+    body: Body::Params,
     params: &[&REG_USER_ID, &REG_PASSWORD, &INITIAL_BALANCE],
     fields: &[("user_id", Shape::Str), ("uuid", Shape::Str)],
     errors: &[
@@ -84,6 +85,7 @@ pub static LOGIN: Endpoint = Endpoint {
     summary: "Exchange user_id and password for a bearer token",
     access: Access::Public,
     writes: false,
+    body: Body::Params,
     params: &[&LOGIN_USER_ID, &LOGIN_PASSWORD],
     fields: &[
         ("user_id", Shape::Str),
@@ -135,6 +137,7 @@ pub static GENERATE_TOKEN: Endpoint = Endpoint {
     summary: "Mint a token (test environments; 403 unless TOKEN_ENDPOINT_ENABLED=true)",
     access: Access::Public,
     writes: false,
+    body: Body::Params,
     params: &[&TOKEN_USER_ID, &ROLE, &TYPE, &SESSION_ID, &EXP, &NBF, &IAT, &ISS, &SUB, &AUD, &JTI],
     fields: &[("user_id", Shape::Str), ("token", Shape::Str), ("timestamp", Shape::Str)],
     errors: &[

@@ -168,6 +168,29 @@ pub const fn by_role(condition: &'static str, error: &'static str) -> Row {
     Row { statuses: &[403, 404], condition, error }
 }
 
+/// What an endpoint's request body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// Parameters as JSON or a form, merged with the query's (SPEC 3.2), at most
+    /// [`PARAMS_MAX_BYTES`].
+    Params,
+    /// A document the handler reads whole (a bank statement), at most `max_bytes`; parameters
+    /// then come from the query alone.
+    Raw { max_bytes: usize },
+}
+
+/// Largest parameter body (SPEC 3.2).
+pub const PARAMS_MAX_BYTES: usize = 1 << 20;
+
+impl Body {
+    pub fn max_bytes(self) -> usize {
+        match self {
+            Body::Params => PARAMS_MAX_BYTES,
+            Body::Raw { max_bytes } => max_bytes,
+        }
+    }
+}
+
 /// An endpoint.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -180,6 +203,7 @@ pub struct Endpoint {
     pub access: Access,
     /// Writes the caller's data: an `Idempotency-Key` is honoured (docs/api.md).
     pub writes: bool,
+    pub body: Body,
     /// In the order they are checked.
     pub params: &'static [&'static Param],
     pub fields: &'static [Field],
@@ -207,6 +231,7 @@ impl Endpoint {
             summary,
             access: Access::Bearer,
             writes: false,
+            body: Body::Params,
             params,
             fields,
             errors,
@@ -231,6 +256,7 @@ impl Endpoint {
             summary,
             access: Access::Bearer,
             writes: true,
+            body: Body::Params,
             params,
             fields,
             errors,

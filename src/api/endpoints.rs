@@ -1,8 +1,8 @@
 //! Every endpoint of the service (SPEC 1.1 and docs/api.md), each declared once beside its
 //! handler; this table is what the router, the OpenAPI document and the metrics labels read.
 
-use super::decl::{row, Access, Endpoint, Param, Row, Shape, Verb};
-use super::{analytics, attrs, auth, money, sync, tree};
+use super::decl::{row, Access, Body, Endpoint, Param, Row, Shape, Verb};
+use super::{analytics, attrs, auth, import, money, sync, tree};
 
 /// Which handler answers a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +49,8 @@ pub enum Ep {
     GetPeriods,
     /// Delta sync (docs/api.md).
     Changes,
+    /// Bank statement import (docs/import.md).
+    Import,
     /// Operational endpoints answered by `http` itself, never by a handler.
     Ops(Op),
 }
@@ -80,6 +82,7 @@ const fn op(path: &'static str, op: Op, summary: &'static str) -> Endpoint {
         summary,
         access: Access::Public,
         writes: false,
+        body: Body::Params,
         params: &[],
         fields: &[],
         errors: &[],
@@ -94,6 +97,7 @@ static PING: Endpoint = Endpoint {
     summary: "Liveness check of the SPEC (answers {\"status\":\"ok\"})",
     access: Access::Public,
     writes: false,
+    body: Body::Params,
     params: &[],
     fields: &[("status", Shape::Str)],
     errors: &[],
@@ -151,6 +155,7 @@ pub static ENDPOINTS: &[&Endpoint] = &[
     &METRICS,
     &OPENAPI,
     &sync::CHANGES,
+    &import::IMPORT,
 ];
 
 /// Members the reference writes as R data frames (rows of plain values, SPEC 8.3, 10.18): the

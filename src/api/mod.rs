@@ -9,6 +9,7 @@ mod auth;
 pub mod decl;
 pub mod endpoints;
 mod error;
+mod import;
 pub mod json;
 pub mod logs;
 mod money;
@@ -46,6 +47,8 @@ pub struct Rq {
     /// How the caller renders a success answer: an answer kept with its write, and the frame of a
     /// streamed one, are rendered here exactly as they will be sent.
     pub envelope: Envelope,
+    /// The request body of an endpoint that reads it whole (`decl::Body::Raw`); empty otherwise.
+    pub document: Bytes,
 }
 
 /// Renders the envelope of a success answer (SPEC 3.5) for the endpoint with this 500 prefix and
@@ -187,6 +190,7 @@ fn call<'a>(app: &'a App, ep: Ep, rq: &'a Rq) -> Handling<'a> {
         Ep::SetPeriods => writes(attrs::set_periods(app, rq)),
         Ep::GetPeriods => fields(attrs::get_periods(app, rq)),
         Ep::Changes => fields(sync::changes(app, rq)),
+        Ep::Import => writes(import::import(app, rq)),
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use serde_json::{json, Map, Value};
 
 use super::idem;
-use crate::api::decl::{Access, Endpoint, Kind, Param, Shape};
+use crate::api::decl::{Access, Body, Endpoint, Kind, Param, Shape};
 use crate::api::params::MONEY_MAX_CENTS;
 use crate::api::{Ep, Op, ENDPOINTS};
 
@@ -292,26 +292,40 @@ fn operation(e: &Endpoint) -> Value {
             query.push(idempotency_key_param());
         }
         op.insert("parameters".into(), json!(query));
-        let mut props = Map::new();
-        for p in e.params {
-            let mut sch = body_schema(p.kind);
-            sch["description"] = json!(description(p));
-            props.insert(p.name.into(), sch);
+        if let Body::Raw { max_bytes } = e.body {
+            op.insert(
+                "requestBody".into(),
+                json!({
+                    "required": true,
+                    "description": format!("The document itself (at most {} MiB); parameters come from the query.", max_bytes >> 20),
+                    "content": {
+                        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                        "text/plain": {"schema": {"type": "string"}}
+                    }
+                }),
+            );
+        } else {
+            let mut props = Map::new();
+            for p in e.params {
+                let mut sch = body_schema(p.kind);
+                sch["description"] = json!(description(p));
+                props.insert(p.name.into(), sch);
+            }
+            let body = json!({"type": "object", "properties": props});
+            let form_props: Map<String, Value> =
+                e.params.iter().map(|p| (p.name.to_string(), json!({"type": "string"}))).collect();
+            op.insert(
+                "requestBody".into(),
+                json!({
+                    "required": false,
+                    "description": "The same parameters as a JSON object or a form; a name in the query wins (SPEC 3.2).",
+                    "content": {
+                        "application/json": {"schema": body},
+                        "application/x-www-form-urlencoded": {"schema": {"type": "object", "properties": form_props}}
+                    }
+                }),
+            );
         }
-        let body = json!({"type": "object", "properties": props});
-        let form_props: Map<String, Value> =
-            e.params.iter().map(|p| (p.name.to_string(), json!({"type": "string"}))).collect();
-        op.insert(
-            "requestBody".into(),
-            json!({
-                "required": false,
-                "description": "The same parameters as a JSON object or a form; a name in the query wins (SPEC 3.2).",
-                "content": {
-                    "application/json": {"schema": body},
-                    "application/x-www-form-urlencoded": {"schema": {"type": "object", "properties": form_props}}
-                }
-            }),
-        );
     }
     let mut responses = Map::new();
     let ok_content = if ep == Ep::Ops(Op::Metrics) {
@@ -442,6 +456,35 @@ fn components() -> Value {
                     "Date": {"type": "string"},
                     "account_uuid": {"type": "string"},
                     "knowledge": {"type": ["integer", "null"]}
+                }
+            },
+            "ImportLine": {
+                "type": "object",
+                "description": "One line of an imported statement and what it does (docs/import.md).",
+                "required": ["line", "account", "date", "amount", "payee", "memo", "bank_id", "import_id", "action"],
+                "properties": {
+                    "line": {"type": "integer"},
+                    "account": {"type": ["string", "null"]},
+                    "date": {"type": "string"},
+                    "amount": {"type": "number"},
+                    "payee": {"type": ["string", "null"]},
+                    "memo": {"type": ["string", "null"]},
+                    "bank_id": {"type": ["string", "null"]},
+                    "import_id": {"type": "string"},
+                    "action": {"enum": ["deposit", "withdraw", "duplicate", "needs_attention"]},
+                    "reason": {"type": "string"}
+                }
+            },
+            "ImportSummary": {
+                "type": "object",
+                "required": ["lines", "deposit", "withdraw", "duplicate", "needs_attention", "net_amount"],
+                "properties": {
+                    "lines": {"type": "integer"},
+                    "deposit": {"type": "integer"},
+                    "withdraw": {"type": "integer"},
+                    "duplicate": {"type": "integer"},
+                    "needs_attention": {"type": "integer"},
+                    "net_amount": {"type": "number"}
                 }
             },
             "TreeNode": {

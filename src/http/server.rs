@@ -33,8 +33,9 @@ use crate::app::App;
 use crate::config::ResponseStyle;
 use crate::metrics;
 
-/// Largest accepted request body (SPEC 3.2).
-pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Largest accepted body of a request answered without reading it (SPEC 3.2); an endpoint's
+/// own limit is its declaration's (`Endpoint::body`).
+pub const MAX_BODY_BYTES: usize = crate::api::decl::PARAMS_MAX_BYTES;
 /// Connections served at once (14.4); more wait in the accept queue.
 pub const MAX_CONNECTIONS: usize = 10_000;
 /// How long shutdown waits for in-flight requests (14.4).
@@ -229,7 +230,7 @@ async fn discard(mut body: Incoming, max: usize, wait: Duration) -> bool {
 const LINGER_BYTES: usize = 16 << 20;
 const LINGER_WAIT: Duration = Duration::from_secs(2);
 
-/// 413 for a body over [`MAX_BODY_BYTES`], after what is left of it has been read and dropped
+/// 413 for a body over the endpoint's limit, after what is left of it has been read and dropped
 /// (see [`LINGER_BYTES`]); unless the client waits for `100 Continue` before it sends the body.
 /// The connection closes after the answer either way.
 async fn too_large(rest: Incoming, awaits_continue: bool) -> Reply {
@@ -241,20 +242,20 @@ async fn too_large(rest: Incoming, awaits_continue: bool) -> Reply {
 
 /// Why a body could not be read.
 enum BodyFail {
-    /// Over [`MAX_BODY_BYTES`]; the rest of the body, unread.
+    /// Over the limit; the rest of the body, unread.
     TooLarge(Incoming),
     Broken(hyper::Error),
 }
 
-/// A body of at most [`MAX_BODY_BYTES`], whole. A body in one frame (nearly all) is not copied.
-async fn read_body(mut body: Incoming) -> Result<Bytes, BodyFail> {
+/// A body of at most `max` bytes, whole. A body in one frame (nearly all) is not copied.
+async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, BodyFail> {
     // The first frame as it came; from a second one on, all of them copied into `joined`.
     let mut first: Option<Bytes> = None;
     let mut joined: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(BodyFail::Broken)?.into_data() else { continue };
         let had = if joined.is_empty() { first.as_ref().map_or(0, Bytes::len) } else { joined.len() };
-        if had + data.len() > MAX_BODY_BYTES {
+        if had + data.len() > max {
             return Err(BodyFail::TooLarge(body));
         }
         match first.take() {
@@ -315,7 +316,8 @@ async fn dispatch(
     }
     let declared =
         req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+    let max_body = r.body.max_bytes();
+    if declared.is_some_and(|n| n > max_body as u64) {
         let awaits_continue = req.headers().contains_key(EXPECT);
         return too_large(req.into_body(), awaits_continue).await;
     }
@@ -327,7 +329,7 @@ async fn dispatch(
         Bytes::new()
     } else {
         let deadline = Duration::from_secs(app.cfg.body_timeout_secs);
-        let Ok(read) = tokio::time::timeout(deadline, read_body(body)).await else {
+        let Ok(read) = tokio::time::timeout(deadline, read_body(body, max_body)).await else {
             return Reply::bare(408, "Request body not received in time")
                 .header(CONNECTION, HeaderValue::from_static("close"));
         };
@@ -355,11 +357,19 @@ async fn dispatch(
     // The content type only says how to read a body.
     let ct =
         if body.is_empty() { None } else { parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) };
-    let parsed = Params::parse(parts.uri.query(), ct, &body);
+    // A raw body is the handler's document: parameters come from the query alone.
+    let raw = matches!(r.body, api::decl::Body::Raw { .. });
+    let parsed = if raw {
+        Params::parse(parts.uri.query(), None, b"")
+    } else {
+        Params::parse(parts.uri.query(), ct, &body)
+    };
     let has_auth = parts.headers.contains_key(hyper::header::AUTHORIZATION);
     // The request's head and body are slices of the connection's read buffer: let go of them
     // before the handler waits (for its user's lock, for durability), so the buffer is free.
-    drop((parts, body));
+    // Only a handler that reads its body whole keeps it.
+    let document = if raw { body } else { Bytes::new() };
+    drop(parts);
     let params = match parsed {
         Ok(params) => params,
         Err(e) => {
@@ -383,6 +393,7 @@ async fn dispatch(
         has_auth,
         idem: idem.take(),
         envelope: Envelope { render: render_success, prefix: r.prefix, start_us },
+        document,
     };
     let answer = api::respond(app, r.ep, &rq, rid.to_str().unwrap_or("-")).await;
     idem = rq.idem;

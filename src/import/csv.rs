@@ -3,7 +3,7 @@
 use super::{ImportError, Statement};
 
 /// How a bank's CSV export maps to lines.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct Mapping {}
 
 pub fn read(_bytes: &[u8], _m: &Mapping) -> Result<Vec<Statement>, ImportError> {
