@@ -179,16 +179,20 @@ pub(super) fn batch_marker_at_or_after(bytes: &[u8], from: usize) -> bool {
     false
 }
 
-/// Whether part of a write never landed between `from` and `to`: zeros from `from` to the end
-/// of its sector, or a whole sector of zeros after it (segments are zero-filled, and sectors
+/// Whether part of a write never landed in the sectors holding `from..to`: zeros from `from`
+/// to the end of its sector, or a whole sector of zeros (segments are zero-filled, and sectors
 /// past a file's synced size read as zeros; a sector shared with the batch before keeps that
-/// batch's bytes).
+/// batch's bytes). Sectors land whole, so each is read to its end, past `to`: a record's end
+/// byte alone in a sector that never landed is zeros only up to `to`.
 pub(super) fn unlanded_sector(bytes: &[u8], from: usize, to: usize) -> bool {
     let to = to.min(bytes.len());
+    if from >= to {
+        return false;
+    }
     let zeros = |r: std::ops::Range<usize>| bytes[r].iter().all(|b| *b == 0);
-    let first_end = from.next_multiple_of(SECTOR).min(to);
-    (from < first_end && zeros(from..first_end))
-        || (first_end..to).step_by(SECTOR).any(|s| zeros(s..(s + SECTOR).min(to)))
+    let sector_end = |at: usize| (at / SECTOR * SECTOR + SECTOR).min(bytes.len());
+    zeros(from..sector_end(from))
+        || (from.next_multiple_of(SECTOR)..to).step_by(SECTOR).any(|s| zeros(s..sector_end(s)))
 }
 
 pub(super) fn stamp(f: &mut [u8], seq: u64) {
@@ -243,11 +247,13 @@ pub(super) fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Ve
     let written = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
     let landed = written.next_multiple_of(SECTOR);
     // The last batch torn by a power cut that kept some of its sectors and not others (see
-    // [`MAGIC_BATCH`]): damage at `off` with no later batch, in a segment of batches.
-    let unlanded_batch = |off: usize| {
+    // [`MAGIC_BATCH`]): damage at `off` with no later batch, in a segment of batches, and a
+    // sector that never landed before `written` or `to` (the damaged record's end, which can
+    // lie in the zeros past `written`).
+    let unlanded_batch = |off: usize, to: usize| {
         last && (off == 0 || batch_marker_at_or_after(bytes, 0))
             && !batch_marker_at_or_after(bytes, off + 1)
-            && unlanded_sector(bytes, off, written)
+            && unlanded_sector(bytes, off, to.max(written))
     };
     let mut frames = Vec::new();
     let mut off = 0usize;
@@ -272,7 +278,7 @@ pub(super) fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Ve
         }
         if !header_ok {
             // A header cut short by the file's end or by sectors that never landed.
-            return if last && (rest.len() < HEADER || landed < off + HEADER) || unlanded_batch(off) {
+            return if last && (rest.len() < HEADER || landed < off + HEADER) || unlanded_batch(off, written) {
                 Ok((frames, Tail::Torn(off)))
             } else if rest.len() < HEADER {
                 Err(corrupt(off, "truncated record header"))
@@ -289,13 +295,13 @@ pub(super) fn parse_segment(path: &Path, bytes: &[u8], last: bool) -> Result<(Ve
         }
         let with_end = magic == MAGIC_END || magic == MAGIC_BATCH;
         if crc32fast::hash(&rest[HEADER..HEADER + len]) != u32_at(rest, 20) {
-            // Whole but for its end byte: on disk, since its content got there. Its sector
-            // can look unwritten (the end byte alone, or after zeros, in the record's last
-            // sector): a torn append looks the same, but dropping the record could lose an
-            // acknowledged write, so it is damage either way.
-            if unlanded_batch(off) {
+            if unlanded_batch(off, off + HEADER + len) {
                 return Ok((frames, Tail::Torn(off)));
             }
+            // Whole but for its end byte: on disk, since its content got there. Without batch
+            // markers its sector can look unwritten (the end byte alone, or after zeros, in the
+            // record's last sector): a torn append looks the same, but dropping the record could
+            // lose an acknowledged write, so it is damage either way.
             if with_end && len > 0 && {
                 let mut h = crc32fast::Hasher::new();
                 h.update(&rest[HEADER..HEADER + len - 1]);
@@ -539,6 +545,57 @@ mod tests {
         let mut b = seg.clone();
         b[start + 1500] ^= 0x40;
         assert!(seqs(&b).is_err());
+    }
+
+    /// A last batch torn at the sector boundary just before a record's end byte: every sector
+    /// but the one holding that byte alone landed. It was never synced, so it is a torn tail;
+    /// the same bytes before a later batch are damage in synced data.
+    #[test]
+    fn a_last_batch_torn_just_before_an_end_byte_is_a_torn_tail() {
+        let head = batch(1, 3);
+        let frame_with = |k: usize| {
+            let mut o = op(4);
+            if let Op::DeleteUser { user } = &mut o {
+                user.user_id = format!("u4-{}", "x".repeat(k)).into();
+            }
+            encode_frame(4, &o).unwrap()
+        };
+        let marker = batch_marker(4);
+        let k = (0..SECTOR)
+            .find(|&k| (head.len() + marker.len() + frame_with(k).len() - 1).is_multiple_of(SECTOR))
+            .expect("some length puts the end byte at a sector start");
+        let mut b = [&head[..], &marker[..], &frame_with(k)].concat();
+        let end = b.len() - 1;
+        let start = head.len();
+        let seqs = |b: &[u8]| {
+            parse_segment(Path::new("seg.wal"), b, true)
+                .map(|(f, t)| {
+                    (
+                        f.iter().map(|f| f.seq).collect::<Vec<_>>(),
+                        matches!(t, Tail::Torn(o) if o == start + HEADER + 1),
+                    )
+                })
+                .map_err(|e| e.to_string())
+        };
+        // Its sector never landed: zeros in a zero-filled segment, or past the synced size in a
+        // growing one whose new size landed.
+        for spare in [4096, 0] {
+            let mut torn = b.clone();
+            torn.resize(b.len() + spare, 0);
+            torn[end] = 0;
+            assert_eq!(seqs(&torn).unwrap(), ((1..=3).collect(), true), "spare {spare}");
+        }
+        // Its sector landed with the byte damaged: refused.
+        let mut flipped = b.clone();
+        flipped.resize(b.len() + 4096, 0);
+        flipped[end] ^= 0x40;
+        assert!(seqs(&flipped).unwrap_err().contains("end byte"));
+        // Before a later batch, the same bytes are damage: refused.
+        b.resize(end + SECTOR, 0);
+        b[end] = 0;
+        b.extend_from_slice(&batch(5, 6));
+        let e = seqs(&b).expect_err("damage before a later batch");
+        assert!(e.contains("seg.wal") && e.contains("end byte"), "{e}");
     }
 
     /// In a zero-filled segment a torn append shows as a last record whose sectors from some
