@@ -626,6 +626,13 @@ mod tests {
         }
     }
 
+    /// A torn cut at the sector boundary just before a record's end byte (the last batch,
+    /// never synced) was refused as a damaged end byte.
+    #[test]
+    fn seed_2367_a_batch_torn_before_an_end_byte_restarts() {
+        run(2367, 3).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     #[test]
     fn a_cut_keeps_only_what_was_synced_and_named() {
         let fs = SimFs::new(1, 0, 0);
