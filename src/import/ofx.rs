@@ -600,6 +600,10 @@ mod tests {
         st[0].lines[0].clone()
     }
 
+    fn err(s: &[u8]) -> ImportError {
+        read(s).expect_err("the file must be refused")
+    }
+
     /// The line of the first occurrence of `needle`.
     fn line_of(s: &str, needle: &str) -> usize {
         s[..s.find(needle).expect(needle)].matches('\n').count() + 1
@@ -829,5 +833,182 @@ mod tests {
         let want = line_of(&f, "<STMTTRN>");
         assert_eq!(one_line(&f.replace('\n', "\r\n")).source_line, want);
         assert_eq!(one_line(&f.replace('\n', "\r")).source_line, want);
+    }
+
+    // ---------------------------------------------------------------------------- hostile
+
+    #[test]
+    fn binary_garbage_is_refused_with_a_line() {
+        let e = err(b"OFXHEADER:100\n\n<OFX>\n\x00\x01\x02\xff\xfe");
+        assert_eq!(e.line, 4, "{e}");
+        let mut noise = Vec::new();
+        let mut x: u32 = 0x1234_5678;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            noise.push((x % 255 + 1) as u8);
+        }
+        assert!(err(&noise).line >= 1);
+        assert_eq!(err(b"just some text").line, 1);
+    }
+
+    #[test]
+    fn transaction_without_amount_or_date_names_its_line() {
+        for (drop, tag) in [("<TRNAMT>1\n", "TRNAMT"), ("<DTPOSTED>20051004\n", "DTPOSTED")] {
+            let f = sgml(&"<STMTTRN>\n<DTPOSTED>20051004\n<TRNAMT>1\n</STMTTRN>\n".replace(drop, ""));
+            let e = read_str(&f).unwrap_err();
+            assert_eq!(e.line, line_of(&f, "<STMTTRN>"), "{e}");
+            assert!(e.msg.contains(tag), "{e}");
+        }
+    }
+
+    /// Every cut of a file before its statement ends is refused, and none panics.
+    #[test]
+    fn truncated_files_are_refused() {
+        let f = sgml("<STMTTRN>\n<DTPOSTED>20051004\n<TRNAMT>1\n<NAME>A &amp; B\n</STMTTRN>\n");
+        let end = f.find("</STMTRS>").unwrap() + "</STMTRS>".len();
+        for cut in 0..end {
+            let e = read(&f.as_bytes()[..cut]).unwrap_err();
+            assert!(e.line >= 1 || cut == 0, "cut at {cut}: {e}");
+        }
+        let e = read_str(&f[..f.find("</STMTTRN>").unwrap()]).unwrap_err();
+        assert!(e.msg.contains("truncated"), "{e}");
+        assert!(read_str(&f[..end]).is_ok());
+    }
+
+    #[test]
+    fn impossible_dates_and_huge_amounts_name_their_line() {
+        let f = sgml("<STMTTRN>\n<DTPOSTED>20251345\n<TRNAMT>1\n</STMTTRN>\n");
+        assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, "<DTPOSTED>"));
+        let f = sgml(
+            "<STMTTRN>\n<DTPOSTED>20251231\n<TRNAMT>1234567890123456789012345678901234567890\n</STMTTRN>\n",
+        );
+        assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, "<TRNAMT>"));
+        let f = sgml("<STMTTRN>\n<DTPOSTED>20251231\n<TRNAMT>1\n<TRNAMT>2\n</STMTTRN>\n");
+        assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, "<TRNAMT>2"));
+    }
+
+    #[test]
+    fn deep_nesting_is_capped() {
+        let depth = 100_000;
+        let f = format!("{SGML_HEADER}<OFX>\n{}{}</OFX>", "<A>\n".repeat(depth), "</A>".repeat(depth));
+        let e = read_str(&f).unwrap_err();
+        // <OFX> is the first open aggregate, so the A that goes past the cap is the 64th.
+        assert_eq!(e.line, line_of(&f, "<OFX>") + MAX_DEPTH, "{e}");
+        // Unclosed tags are empty data elements, not nesting.
+        let f =
+            sgml(&format!("{}<STMTTRN>\n<DTPOSTED>20051004\n<TRNAMT>1\n</STMTTRN>\n", "<B>".repeat(depth)));
+        assert_eq!(read_str(&f).unwrap()[0].lines.len(), 1);
+        let f = sgml("<STMTTRN>\n<DTPOSTED>20051004\n<TRNAMT>1\n<STMTTRN>\n");
+        assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, "<TRNAMT>1\n<STMTTRN>") + 1);
+    }
+
+    #[test]
+    fn more_than_max_lines_transactions_stops_early() {
+        let tx = "<STMTTRN><DTPOSTED>20240101<TRNAMT>1</STMTTRN>\n";
+        let f = sgml(&tx.repeat(MAX_LINES + 1000));
+        let e = read_str(&f).unwrap_err();
+        assert_eq!(e.line, line_of(&f, "<STMTTRN>") + MAX_LINES, "{e}");
+        assert_eq!(read_str(&sgml(&tx.repeat(MAX_LINES))).unwrap()[0].lines.len(), MAX_LINES);
+    }
+
+    #[test]
+    fn unclosed_markup_and_odd_tags_name_their_line() {
+        for (body, needle) in [
+            ("<!-- never closed\n", "<!--"),
+            ("<NAME><![CDATA[never closed\n", "<NAME>"),
+            ("<NAME>a <B c\n<MEMO>x\n", "<NAME>"),
+            ("<?pi never closed\n", "<?pi"),
+        ] {
+            let f = sgml(&format!("<STMTTRN>\n<DTPOSTED>20051004\n<TRNAMT>1\n{body}</STMTTRN>\n"));
+            assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, needle), "{body}");
+        }
+        let long = format!("<{}>", "N".repeat(MAX_NAME_BYTES + 1));
+        let f = sgml(&format!("\n{long}x\n"));
+        assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, &long));
+        let many: String = (0..MAX_AGGREGATE_NAMES + 1).map(|i| format!("<A{i}><X>1</A{i}>\n")).collect();
+        assert!(read_str(&sgml(&many)).is_err());
+        // A `<` that opens no tag is text.
+        let l = one_line(&sgml("<STMTTRN>\n<DTPOSTED>20051004\n<TRNAMT>1\n<NAME>1 < 2 <= 3\n</STMTTRN>\n"));
+        assert_eq!(l.payee.as_deref(), Some("1 < 2 <= 3"));
+    }
+
+    /// Megabytes of `&`, stray `<` and entity starts cost linear time.
+    #[test]
+    fn pathological_values_cost_linear_time() {
+        for junk in ["&", "< ", "&#", "&#x", "<"] {
+            let value = junk.repeat(1 << 20);
+            let f = sgml(&format!("<STMTTRN>\n<DTPOSTED>20051004\n<TRNAMT>1\n<MEMO>{value}\n</STMTTRN>\n"));
+            let l = one_line(&f);
+            assert_eq!(l.memo.map(|m| m.len()), Some(value.trim().len()), "{junk}");
+        }
+    }
+
+    #[test]
+    fn files_without_a_bank_statement() {
+        let f = format!(
+            "{SGML_HEADER}<OFX><SIGNONMSGSRSV1><SONRS><STATUS><CODE>15500<SEVERITY>ERROR\
+                         <MESSAGE>bad password</STATUS></SONRS></SIGNONMSGSRSV1></OFX>"
+        );
+        assert!(read_str(&f).unwrap_err().msg.contains("15500: bad password"));
+        let f = format!(
+            "{SGML_HEADER}<OFX><INVSTMTMSGSRSV1><INVSTMTTRNRS>\n<INVSTMTRS><INVBANKTRAN>\
+                         <STMTTRN><DTPOSTED>20240101<TRNAMT>1</STMTTRN></INVBANKTRAN></INVSTMTRS>\
+                         </INVSTMTTRNRS></INVSTMTMSGSRSV1></OFX>"
+        );
+        assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, "<INVSTMTRS>"));
+        assert!(read_str(&format!("{SGML_HEADER}<OFX></OFX>")).is_err());
+    }
+
+    /// Structured noise made of OFX's own pieces: every outcome is a value or an error.
+    #[test]
+    fn random_pieces_never_panic() {
+        const PIECES: [&str; 22] = [
+            "<OFX>",
+            "</OFX>",
+            "<STMTRS>",
+            "</STMTRS>",
+            "<CCSTMTRS>",
+            "<STMTTRN>",
+            "</STMTTRN>",
+            "<TRNAMT>",
+            "-1,5",
+            "1.25",
+            "<DTPOSTED>",
+            "20240229",
+            "<FITID>",
+            "</FITID>",
+            "<![CDATA[x]]>",
+            "&#x1F600;",
+            "&#",
+            "\n",
+            "\r",
+            "<A>",
+            "</A>",
+            "<ACCTID>é",
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..3_000 {
+            let mut f = String::from("OFXHEADER:100\n");
+            for _ in 0..(x % 60) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                f.push_str(PIECES[(x % PIECES.len() as u64) as usize]);
+            }
+            if let Err(e) = read_str(&f) {
+                assert!(e.line >= 1, "{f:?}: {e}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let mut f = b"OFXHEADER:100\n<OFX><STMTRS><STMTTRN>".to_vec();
+            f.extend(bytes);
+            let _ = read(&f);
+        }
     }
 }
