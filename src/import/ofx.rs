@@ -180,8 +180,11 @@ impl<'a> Lexer<'a> {
                 let end = self.find(start + 2, "?>").ok_or_else(|| unclosed("a `<?` instruction"))?;
                 self.advance(end + 2);
             } else if rest.starts_with("<!") {
-                let end = self.find(start + 2, ">").ok_or_else(|| unclosed("a `<!` declaration"))?;
-                self.advance(end + 1);
+                // OFX has no document type; refusing one keeps entity definitions out entirely.
+                return Err(ImportError::at(
+                    line,
+                    "a `<!` declaration (document type, entity) is not accepted",
+                ));
             } else {
                 let closing = rest.as_bytes()[1] == b'/';
                 let name_start = start + if closing { 2 } else { 1 };
@@ -924,6 +927,9 @@ mod tests {
             let f = sgml(&format!("<STMTTRN>\n<DTPOSTED>20051004\n<TRNAMT>1\n{body}</STMTTRN>\n"));
             assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, needle), "{body}");
         }
+        let doctype = "<!DOCTYPE OFX [<!ENTITY a \"aaaa\">]>";
+        let f = sgml(&format!("\n{doctype}\n"));
+        assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, doctype));
         let long = format!("<{}>", "N".repeat(MAX_NAME_BYTES + 1));
         let f = sgml(&format!("\n{long}x\n"));
         assert_eq!(read_str(&f).unwrap_err().line, line_of(&f, &long));
