@@ -279,7 +279,7 @@ fn day_range(p: &Params, from: &Param, to: &Param, today: i64, strict: bool) -> 
 pub async fn get_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_text_of(&UUID_LOWER)?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    let a = find(&st.tree, &uuid, || rq.not_found_by_role(&NOT_FOUND_BY_ROLE))?;
     Ok(Obj::new().str("uuid", &uuid).money("balance", a.balance_cents.into()))
 }
 
@@ -330,7 +330,7 @@ pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Handled, ApiError> {
     // like any unknown parameter).
     let Some(limit) = rq.params.num_of(&LIMIT)? else {
         let st = snapshot(app, rq).await?;
-        let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+        let a = find(&st.tree, &uuid, || rq.not_found_by_role(&NOT_FOUND_BY_ROLE))?;
         let (acc, count) = (a.uuid, a.log_len);
         let mut plan = LogPlan::new(st.clone());
         let obj = Obj::new()
@@ -341,7 +341,7 @@ pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Handled, ApiError> {
     };
     let cursor = rq.params.text_of(&CURSOR)?.map(|c| cursor_parse(&c)).transpose()?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    let a = find(&st.tree, &uuid, || rq.not_found_by_role(&NOT_FOUND_BY_ROLE))?;
     let start = match cursor {
         None => 0,
         // Logs only grow while the account exists, so a cursor past the end was never issued.
@@ -364,14 +364,14 @@ pub async fn get_transactions(app: &App, rq: &Rq) -> Result<Handled, ApiError> {
 pub async fn total_balance(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    let a = find(&st.tree, &uuid, || rq.not_found_by_role(&NOT_FOUND_BY_ROLE))?;
     Ok(Obj::new().str("uuid", &uuid).money("total_balance", a.sub_balance_cents))
 }
 
 pub async fn total_due(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_text_of(&UUID_UPPER)?;
     let st = snapshot(app, rq).await?;
-    let a = find(&st.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+    let a = find(&st.tree, &uuid, || rq.not_found_by_role(&NOT_FOUND_BY_ROLE))?;
     Ok(Obj::new().str("uuid", &uuid).money("total_due", a.sub_due_cents))
 }
 

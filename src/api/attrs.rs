@@ -14,9 +14,6 @@ use crate::domain::frac::Frac;
 use crate::domain::num::fmt_scaled;
 use crate::domain::tree::{Account, AccountId, Grand, Kind, Status, Text};
 
-const CHILD_ONLY: &str = "This operation is only allowed on child or grandchild accounts";
-const ENDPOINT_GRAND_ONLY: &str = "This endpoint is only applicable to grandchild accounts";
-const METHOD_GRAND_ONLY: &str = "This method is only applicable to grandchild accounts";
 /// Largest `periods` (D31).
 const PERIODS_MAX: i64 = 1_000_000;
 
@@ -30,6 +27,11 @@ const NOT_GRAND: Row =
     row!(403, "not grandchild-kind", "`This endpoint is only applicable to grandchild accounts`");
 const NOT_GRAND_METHOD: Row =
     row!(403, "not grandchild-kind", "`This method is only applicable to grandchild accounts`");
+const STATUS_NOT_FOUND: Row = row!(404, "account not found", "`Account not found`");
+const PRIORITY_MAIN: Row =
+    row!(403, "main account", "`Priority only available for child or grandchild accounts`");
+const FIXED_NOT_GRAND: Row =
+    row!(403, "not grandchild-kind", "`Fixed amount only applicable to grandchild accounts`");
 const DUE_NOT_GRAND: Row =
     row!(403, "not grandchild-kind", "`Due date only applicable to grandchild accounts`");
 
@@ -49,7 +51,7 @@ pub static CHANGE_STATUS: Endpoint = Endpoint::write(
     &[("uuid", Shape::Str), ("new_status", Shape::Str), ("message", Shape::Str)],
     &[
         NO_TREE,
-        row!(404, "account not found", "`Account not found`"),
+        STATUS_NOT_FOUND,
         MAIN,
         row!(
             400,
@@ -100,11 +102,7 @@ pub static GET_PRIORITY: Endpoint = Endpoint::read(
     "A child account's priority",
     &[&UUID_UPPER],
     &[("uuid", Shape::Str), ("priority", Shape::Num)],
-    &[
-        NO_TREE,
-        NOT_FOUND,
-        row!(403, "main account", "`Priority only available for child or grandchild accounts`"),
-    ],
+    &[NO_TREE, NOT_FOUND, PRIORITY_MAIN],
 );
 
 static DUE_DATE: Param = Param::new(
@@ -148,11 +146,7 @@ pub static SET_FIXED_AMOUNT: Endpoint = Endpoint::write(
     "Set a grandchild account's fixed amount",
     &[&UUID_UPPER, &FIXED_AMOUNT],
     &[("uuid", Shape::Str), ("fixed_amount", Shape::Num), ("amount_due", Shape::Num)],
-    &[
-        NO_TREE,
-        NOT_FOUND,
-        row!(403, "not grandchild-kind", "`Fixed amount only applicable to grandchild accounts`"),
-    ],
+    &[NO_TREE, NOT_FOUND, FIXED_NOT_GRAND],
 );
 
 pub static GET_FIXED_AMOUNT: Endpoint = Endpoint::read(
@@ -247,16 +241,16 @@ pub static GET_PERIODS: Endpoint = Endpoint::read(
 );
 
 fn not_found() -> ApiError {
-    ApiError::new(403, "Account not found")
+    NOT_FOUND.err()
 }
 
-/// A grandchild's fields, or 403 with the endpoint's kind error.
-fn grand<'a>(a: &'a Account, kind_error: &str) -> Result<&'a Grand, ApiError> {
-    a.grand.as_ref().filter(|_| a.kind == Kind::Grandchild).ok_or_else(|| ApiError::new(403, kind_error))
+/// A grandchild's fields, or the endpoint's kind error.
+fn grand<'a>(a: &'a Account, kind_error: &Row) -> Result<&'a Grand, ApiError> {
+    a.grand.as_ref().filter(|_| a.kind == Kind::Grandchild).ok_or_else(|| kind_error.err())
 }
 
 /// Finds a grandchild-kind account for a setter and returns its id.
-fn grand_id(ctx: &Ctx, uuid: &str, kind_error: &str) -> Result<AccountId, ApiError> {
+fn grand_id(ctx: &Ctx, uuid: &str, kind_error: &Row) -> Result<AccountId, ApiError> {
     let a = find(ctx.tree, uuid, not_found)?;
     grand(a, kind_error)?;
     Ok(a.uuid)
@@ -284,9 +278,9 @@ pub async fn change_status(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     p.check_lengths(&[&STATUS])?;
     let status = Status::normalise(&status);
     mutate(app, rq, |ctx, _| {
-        let a = find(ctx.tree, &uuid, || ApiError::new(404, "Account not found"))?;
+        let a = find(ctx.tree, &uuid, || STATUS_NOT_FOUND.err())?;
         if !a.is_child_kind() {
-            return Err(ApiError::new(403, CHILD_ONLY));
+            return Err(MAIN.err());
         }
         if status == Status::Closed && a.status == Status::Closed {
             return Err(ApiError::bad("This account is already closed"));
@@ -313,7 +307,7 @@ pub async fn get_status(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, not_found)?;
     if !a.is_child_kind() {
-        return Err(ApiError::new(403, CHILD_ONLY));
+        return Err(MAIN.err());
     }
     Ok(Obj::new().str("uuid", &uuid).str("account_status", a.status.as_str()))
 }
@@ -325,7 +319,7 @@ pub async fn set_priority(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     mutate(app, rq, |ctx, _| {
         let a = find(ctx.tree, &uuid, not_found)?;
         if !a.is_child_kind() {
-            return Err(ApiError::new(403, CHILD_ONLY));
+            return Err(MAIN.err());
         }
         let id = a.uuid;
         ctx.acc_mut(id).map_err(engine_err)?.priority_ppm = prio;
@@ -343,7 +337,7 @@ pub async fn get_priority(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let st = snapshot(app, rq).await?;
     let a = find(&st.tree, &uuid, not_found)?;
     if !a.is_child_kind() {
-        return Err(ApiError::new(403, "Priority only available for child or grandchild accounts"));
+        return Err(PRIORITY_MAIN.err());
     }
     Ok(Obj::new().str("uuid", &uuid).num("priority", &fmt_scaled(a.priority_ppm.into(), 6)))
 }
@@ -361,7 +355,7 @@ pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         PVal::Str(s) | PVal::Num(s) => Some(parse_date(&s).ok_or_else(bad)?),
     };
     mutate(app, rq, |ctx, _| {
-        let id = grand_id(ctx, &uuid, "Due date only applicable to grandchild accounts")?;
+        let id = grand_id(ctx, &uuid, &DUE_NOT_GRAND)?;
         grand_mut(ctx, id)?.due_date_secs = due;
         let name = ctx.acc(id).map_err(engine_err)?.name.clone();
         Ok(Obj::new()
@@ -376,7 +370,7 @@ pub async fn set_due_date(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
 async fn get_grand_attr(
     app: &App,
     rq: &Rq,
-    kind_error: &str,
+    kind_error: &Row,
     field: impl FnOnce(Obj, &Grand) -> Obj,
 ) -> Result<Obj, ApiError> {
     let uuid = rq.params.req_text_of(&UUID_UPPER)?;
@@ -387,7 +381,7 @@ async fn get_grand_attr(
 }
 
 pub async fn get_due_date(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, "Due date only applicable to grandchild accounts", |o, g| {
+    get_grand_attr(app, rq, &DUE_NOT_GRAND, |o, g| {
         o.opt_str("due_date", g.due_date_secs.map(fmt_due).as_deref())
     })
     .await
@@ -398,7 +392,7 @@ pub async fn set_fixed_amount(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let uuid = p.req_text_of(&UUID_UPPER)?;
     let fixed = p.req_num_of(&FIXED_AMOUNT)?;
     mutate(app, rq, |ctx, _| {
-        let id = grand_id(ctx, &uuid, "Fixed amount only applicable to grandchild accounts")?;
+        let id = grand_id(ctx, &uuid, &FIXED_NOT_GRAND)?;
         grand_mut(ctx, id)?.fixed_amount_cents = fixed;
         let due = recompute_due(ctx, id)?;
         Ok(Obj::new().str("uuid", &uuid).money("fixed_amount", fixed.into()).money("amount_due", due.into()))
@@ -407,8 +401,7 @@ pub async fn set_fixed_amount(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
 }
 
 pub async fn get_fixed_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| o.money("fixed_amount", g.fixed_amount_cents.into()))
-        .await
+    get_grand_attr(app, rq, &NOT_GRAND, |o, g| o.money("fixed_amount", g.fixed_amount_cents.into())).await
 }
 
 pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
@@ -417,7 +410,7 @@ pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let t = p.req_text_of(&ACCOUNT_TYPE)?;
     p.check_lengths(&[&ACCOUNT_TYPE])?;
     mutate(app, rq, |ctx, _| {
-        let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
+        let id = grand_id(ctx, &uuid, &NOT_GRAND)?;
         grand_mut(ctx, id)?.account_type = Text::from(t.as_str());
         Ok(Obj::new()
             .str("message", &format!("Account type updated to {t}"))
@@ -428,7 +421,7 @@ pub async fn set_account_type(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
 }
 
 pub async fn get_account_type(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| o.str("account_type", &g.account_type)).await
+    get_grand_attr(app, rq, &NOT_GRAND_METHOD, |o, g| o.str("account_type", &g.account_type)).await
 }
 
 pub async fn set_freq(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
@@ -436,7 +429,7 @@ pub async fn set_freq(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let uuid = p.req_text_of(&UUID_UPPER)?;
     let freq = p.req_num_of(&ACCOUNT_FREQ)?;
     mutate(app, rq, |ctx, _| {
-        let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
+        let id = grand_id(ctx, &uuid, &NOT_GRAND)?;
         grand_mut(ctx, id)?.freq_days = Some(freq as u32);
         let name = ctx.acc(id).map_err(engine_err)?.name.clone();
         Ok(Obj::new()
@@ -448,7 +441,7 @@ pub async fn set_freq(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
 }
 
 pub async fn get_freq(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, ENDPOINT_GRAND_ONLY, |o, g| match g.freq_days {
+    get_grand_attr(app, rq, &NOT_GRAND, |o, g| match g.freq_days {
         Some(f) => o.int("freq", f.into()),
         None => o.null("freq"),
     })
@@ -460,7 +453,7 @@ pub async fn set_periods(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let uuid = p.req_text_of(&UUID_UPPER)?;
     let n = p.req_num_of(&PERIODS)?;
     mutate(app, rq, |ctx, _| {
-        let id = grand_id(ctx, &uuid, ENDPOINT_GRAND_ONLY)?;
+        let id = grand_id(ctx, &uuid, &NOT_GRAND)?;
         let g = grand_mut(ctx, id)?;
         g.periods = Frac::int(n);
         if g.fixed_amount_cents > 0 {
@@ -475,5 +468,5 @@ pub async fn set_periods(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
 }
 
 pub async fn get_periods(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
-    get_grand_attr(app, rq, METHOD_GRAND_ONLY, |o, g| o.num("periods", &g.periods.display())).await
+    get_grand_attr(app, rq, &NOT_GRAND_METHOD, |o, g| o.num("periods", &g.periods.display())).await
 }

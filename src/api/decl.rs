@@ -163,6 +163,20 @@ macro_rules! row {
 }
 pub(crate) use row;
 
+impl Row {
+    /// The message a handler answers: the row's error text between its backticks.
+    pub fn message(&self) -> &'static str {
+        let e = self.error;
+        e.strip_prefix('`').and_then(|m| m.strip_suffix('`')).filter(|m| !m.contains('`')).unwrap_or(e)
+    }
+
+    /// The row as a handler's error (its first status; see `Rq::role_not_found` for a row whose
+    /// status depends on the role).
+    pub fn err(&self) -> super::ApiError {
+        super::ApiError::new(self.statuses.first().copied().unwrap_or(500), self.message())
+    }
+}
+
 /// "404 if the caller is an admin, else 403" (SPEC 3.6).
 pub const fn by_role(condition: &'static str, error: &'static str) -> Row {
     Row { statuses: &[403, 404], condition, error }

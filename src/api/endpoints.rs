@@ -194,6 +194,13 @@ mod tests {
         }
     }
 
+    /// A row a handler answers with carries exactly one message between backticks.
+    #[test]
+    fn row_messages_are_what_the_table_shows() {
+        assert_eq!(NO_TREE.message(), "User not found or unauthorized access");
+        assert_eq!(NO_TREE.err().to_string_for_test(), (404, "User not found or unauthorized access".into()));
+    }
+
     #[test]
     fn the_data_frames_are_the_logs_and_the_series() {
         assert_eq!(data_frames(), ["time_series", "transactions"]);

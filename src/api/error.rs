@@ -35,6 +35,15 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// Status and message of a documented error (tests).
+    #[cfg(test)]
+    pub fn to_string_for_test(&self) -> (u16, String) {
+        match self {
+            ApiError::Client(s, m, _) | ApiError::Bare(s, m) => (*s, m.clone()),
+            ApiError::TooMany(m, _) => (429, m.clone()),
+            ApiError::Internal(m) => (500, m.clone()),
+        }
+    }
     pub fn new(status: u16, msg: impl Into<String>) -> ApiError {
         ApiError::Client(status, msg.into(), None)
     }

@@ -120,6 +120,10 @@ impl Rq {
     fn user_id(&self) -> Result<&str, ApiError> {
         self.ident().map(|i| i.user_id.as_str())
     }
+    /// A "not found" row whose status depends on the role (SPEC 3.6): 404 for an admin, else 403.
+    fn not_found_by_role(&self, row: &decl::Row) -> ApiError {
+        self.role_not_found(row.message())
+    }
     /// "Account not found" for endpoints whose status depends on the role (SPEC 3.6).
     fn role_not_found(&self, msg: &str) -> ApiError {
         let admin = self.ident.as_ref().is_some_and(|i| i.role.is_admin());
@@ -234,7 +238,7 @@ pub async fn respond(app: &Arc<App>, ep: Ep, rq: &Rq, request_id: &str) -> Resul
 }
 
 fn no_tree() -> ApiError {
-    ApiError::new(404, "User not found or unauthorized access")
+    endpoints::NO_TREE.err()
 }
 
 /// The caller's committed state, or 404 when the caller has no tree.

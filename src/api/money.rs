@@ -67,6 +67,8 @@ static MOVE_AMOUNT: Param = Param::new(
 );
 
 const NOT_FOUND: Row = by_role("account not found", "`Account not found or unauthorized`");
+const SOURCE_NOT_FOUND: Row = row!(404, "source not found", "`Source account not found`");
+const TARGET_NOT_FOUND: Row = row!(404, "destination not found", "`Target account not found`");
 const INSUFFICIENT: Row = row!(
     400,
     "`amount` > the account's balance (any kind)",
@@ -143,8 +145,8 @@ pub static MOVE_BALANCE: Endpoint = Endpoint::write(
     &[("message", Shape::Str), ("from_uuid", Shape::Str), ("to_uuid", Shape::Str), ("amount", Shape::Num)],
     &[
         NO_TREE,
-        row!(404, "source not found", "`Source account not found`"),
-        row!(404, "destination not found", "`Target account not found`"),
+        SOURCE_NOT_FOUND,
+        TARGET_NOT_FOUND,
         row!(
             400,
             "source and destination are the same account",
@@ -215,7 +217,7 @@ pub async fn deposit(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         Locked::Tree(guard, cur) => (guard, cur),
         Locked::Answered(a) => return Ok(a),
     };
-    let not_found = || rq.role_not_found("Account not found or unauthorized");
+    let not_found = || rq.not_found_by_role(&NOT_FOUND);
     // The duplicate check reads storage, so it runs here, under the lock, before the mutation.
     if find(&cur.tree, &post.uuid, not_found)?.uuid == cur.tree.root {
         if let Some(id) = &post.txn {
@@ -246,7 +248,7 @@ pub async fn withdraw(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let amount = p.req_num_of(&WITHDRAW_AMOUNT)?;
     let post = posting(p, uuid, rq.now())?;
     mutate(app, rq, |ctx, _| {
-        let acc = find(ctx.tree, &post.uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+        let acc = find(ctx.tree, &post.uuid, || rq.not_found_by_role(&NOT_FOUND))?;
         let x = acc.uuid;
         if amount > acc.balance_cents {
             return Err(insufficient("Failed: ", acc.balance_cents));
@@ -266,7 +268,7 @@ pub async fn distribute(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let by = text(p, &DISTRIBUTE_BY)?.map_or(Origin::System, Origin::from);
     p.check_lengths(DISTRIBUTE.params)?;
     mutate(app, rq, |ctx, _| {
-        let acc = find(ctx.tree, &uuid, || rq.role_not_found("Account not found or unauthorized"))?;
+        let acc = find(ctx.tree, &uuid, || rq.not_found_by_role(&NOT_FOUND))?;
         let x = acc.uuid;
         if amount > acc.balance_cents {
             return Err(insufficient("Distribution failed: ", acc.balance_cents));
@@ -301,8 +303,8 @@ pub async fn move_balance(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let to = p.req_text_of(&TO_UUID)?;
     let amount = p.req_num_of(&MOVE_AMOUNT)?;
     mutate(app, rq, |ctx, _| {
-        let src = find(ctx.tree, &from, || ApiError::new(404, "Source account not found"))?;
-        let dst = find(ctx.tree, &to, || ApiError::new(404, "Target account not found"))?;
+        let src = find(ctx.tree, &from, || SOURCE_NOT_FOUND.err())?;
+        let dst = find(ctx.tree, &to, || TARGET_NOT_FOUND.err())?;
         if src.uuid == dst.uuid {
             return Err(ApiError::bad("Failed: Source and destination accounts must differ"));
         }

@@ -1,7 +1,7 @@
 //! /add_sub_account, /set_child_allocation, /delete and the listing and finding endpoints
 //! (SPEC 7).
 
-use super::decl::{by_role, row, Endpoint, Kind as P, Msgs, Param, Shape, Verb};
+use super::decl::{by_role, row, Endpoint, Kind as P, Msgs, Param, Row, Shape, Verb};
 use super::endpoints::{Ep, NO_TREE, UUID_LOWER, UUID_UPPER};
 use super::json::{array, Obj};
 use super::{engine_err, find, mutate, mutate_locked, snapshot, Answer, ApiError, Locked, Rq};
@@ -20,6 +20,8 @@ pub const FREQ_MAX_DAYS: i64 = 36_500;
 pub const NAME_MAX_CHARS: usize = 128;
 /// Longest account type or status label (SPEC 14.2).
 pub const LABEL_MAX_CHARS: usize = 64;
+
+const PARENT_NOT_FOUND: Row = row!(404, "parent not found", "`Parent account not found`");
 
 static PARENT_UUID: Param = Param::text("parent_uuid", Some("uuid is required"), None, "Parent account.");
 static NAME: Param = Param::text(
@@ -76,7 +78,7 @@ pub static ADD_SUB_ACCOUNT: Endpoint = Endpoint::write(
     &[("message", Shape::Str), ("uuid", Shape::Str), ("child_type", Shape::Str), ("allocation", Shape::Num)],
     &[
         NO_TREE,
-        row!(404, "parent not found", "`Parent account not found`"),
+        PARENT_NOT_FOUND,
         row!(
             400,
             "a child with the same `name` exists under the parent",
@@ -121,7 +123,7 @@ pub static SET_CHILD_ALLOCATION: Endpoint = Endpoint::write(
     &[("message", Shape::Str), ("total_allocation", Shape::Num)],
     &[
         NO_TREE,
-        row!(404, "parent not found", "`Parent account not found`"),
+        PARENT_NOT_FOUND,
         row!(404, "no direct child of that name (exact match)", "`Child account not found under parent`"),
         row!(
             400,
@@ -234,7 +236,7 @@ pub async fn add_sub_account(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         status.map_or(Status::Active, |s| Status::normalise(&s))
     };
     mutate(app, rq, |ctx, _| {
-        let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
+        let parent = find(ctx.tree, &parent_uuid, || PARENT_NOT_FOUND.err())?;
         let pid = parent.uuid;
         if parent.children.iter().filter_map(|c| ctx.tree.get(*c)).any(|c| c.name == name) {
             return Err(ApiError::bad("Account name already exists under this parent"));
@@ -285,7 +287,7 @@ pub async fn set_child_allocation(app: &App, rq: &Rq) -> Result<Answer, ApiError
     p.check_lengths(&[&CHILD_NAME])?;
     let allocation = p.req_num_of(&NEW_ALLOCATION)?;
     mutate(app, rq, |ctx, _| {
-        let parent = find(ctx.tree, &parent_uuid, || ApiError::new(404, "Parent account not found"))?;
+        let parent = find(ctx.tree, &parent_uuid, || PARENT_NOT_FOUND.err())?;
         let pid = parent.uuid;
         let child = parent
             .children
