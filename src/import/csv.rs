@@ -886,4 +886,95 @@ mod tests {
         );
         assert!(serde_json::from_str::<Mapping>(r#"{"dat": {"name": "Datum"}}"#).is_err());
     }
+
+    #[test]
+    fn binary_garbage_is_an_error_not_a_panic() {
+        let e = err(b"\x00\x01\x02\xff\xfe\x00\n\x89PNG\r\n\x1a\n", &plain());
+        assert_eq!(e.line, 1);
+        let m = Mapping { header_first_cell: Some("Date".into()), ..plain() };
+        let e = err(b"\x00\x01\x02\xff\xfe\x00\n\x89PNG\r\n\x1a\n", &m);
+        assert_eq!(e.line, 0);
+        assert!(e.msg.contains("no row starts with the header cell `Date`"), "{e}");
+        // Pseudo-random bytes after a good header, through every amount layout: never a panic.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let layouts = [
+            Mapping { amount: idx(-1), ..plain() },
+            Mapping { amount: None, debit: name("Amount"), credit: name("Payee"), ..plain() },
+            Mapping { indicator: idx(2), debit_mark: Some("D".into()), ..plain() },
+        ];
+        for round in 0..300 {
+            let mut bytes = b"Date,Payee,Memo,Id,Amount\n".to_vec();
+            for _ in 0..(round % 97) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                bytes.push(b",\n\"0123456789-.D"[(x % 16) as usize]);
+            }
+            let _ = read(&bytes, &layouts[round % 3]);
+        }
+    }
+
+    #[test]
+    fn a_row_wider_than_its_header_is_refused() {
+        let e = err(b"Date,Amount\n2024-01-01,1\n2024-01-02,2,oops\n", &plain());
+        assert_eq!(e.line, 3);
+        assert!(e.msg.contains("3 fields, more than the header's 2"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_column_names_the_line() {
+        let m = plain();
+        let e = err(
+            b"Date,Payee,Amount\n2024-01-01,x,1\n2024-01-02,y\n",
+            &Mapping { amount: idx(2), ..m.clone() },
+        );
+        assert_eq!(e.line, 3);
+        assert!(e.msg.contains("no amount column (2 fields)"), "{e}");
+        let e = err(b"Date,Payee\n", &m);
+        assert_eq!(e.line, 1);
+        assert!(e.msg.contains("no column `Amount` (amount)"), "{e}");
+        let e = err(b"Date,Amount,Amount\n", &m);
+        assert!(e.msg.contains("two columns `Amount`"), "{e}");
+        let e = err(b"Date,Amount\n2024-01-01,\n", &m);
+        assert_eq!((e.line, e.msg.as_str()), (2, "the amount is empty"));
+    }
+
+    #[test]
+    fn unparsable_dates_name_the_line() {
+        let m = Mapping { date_format: "%Y%m%d".into(), ..plain() };
+        let e = err(b"Date,Amount\n20240101,1\n20251345,2\n", &m);
+        assert_eq!(e.line, 3);
+        assert!(e.msg.contains("`20251345` is not a date"), "{e}");
+    }
+
+    #[test]
+    fn huge_amounts_are_refused_and_negative_zero_is_zero() {
+        let big = format!("Date,Amount\n2024-01-01,{}\n", "9".repeat(40));
+        let e = err(big.as_bytes(), &plain());
+        assert_eq!(e.line, 2);
+        assert!(e.msg.contains("too large"), "{e}");
+        let st = read(b"Date,Amount\n2024-01-01,-0\n2024-01-02,-0.00\n", &plain()).unwrap();
+        assert_eq!(amounts(&st), [0, 0]);
+        let m = Mapping { indicator: idx(2), debit_mark: Some("D".into()), ..plain() };
+        assert_eq!(amounts(&read(b"Date,Amount,DC\n2024-01-01,0.00,D\n", &m).unwrap()), [0]);
+    }
+
+    #[test]
+    fn more_than_max_lines_stops_at_the_first_line_too_many() {
+        let mut csv = String::from("Date,Amount\n");
+        for _ in 0..=MAX_LINES {
+            csv.push_str("2024-01-01,1\n");
+        }
+        // Never read: the reader stops before it.
+        csv.push_str("garbage,garbage\n");
+        let e = err(csv.as_bytes(), &plain());
+        assert_eq!(e.line, MAX_LINES + 2);
+        assert!(e.msg.contains("more than"), "{e}");
+    }
+
+    #[test]
+    fn a_file_larger_than_the_limit_is_refused() {
+        let big = vec![b'a'; MAX_FILE_BYTES + 1];
+        assert_eq!(err(&big, &plain()).line, 0);
+    }
 }
