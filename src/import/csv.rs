@@ -580,6 +580,7 @@ impl<'f> DateFormat<'f> {
 mod tests {
     use super::*;
     use crate::domain::dates::days_from_civil;
+    use crate::import::corpus;
 
     fn name(n: &str) -> Option<Column> {
         Some(Column::Name(n.into()))
@@ -604,6 +605,70 @@ mod tests {
 
     fn err(bytes: &[u8], m: &Mapping) -> ImportError {
         read(bytes, m).expect_err("refused")
+    }
+
+    /// The mapping a user would save for each CSV of the corpus: CSV_SPECS of its expected.py.
+    fn corpus_mapping(file: &str) -> Option<Mapping> {
+        let m = match file {
+            "csv_dkb_cc_latin1.csv" => Mapping {
+                charset: "ISO-8859-1".into(),
+                delimiter: ';',
+                header_first_cell: Some("Umsatz abgerechnet".into()),
+                date: name("Wertstellung"),
+                date_format: "%d.%m.%Y".into(),
+                amount: name("Betrag (EUR)"),
+                decimal_mark: ',',
+                fixed_currency: Some("EUR".into()),
+                fixed_account: Some("1234********1234".into()),
+                ..Mapping::default()
+            },
+            "csv_swedbank_lt.csv" => Mapping {
+                header_first_cell: Some("Sąskaitos Nr.".into()),
+                filter: Some(Filter { column: Column::Index(1), equals: "20".into() }),
+                date: idx(2),
+                amount: idx(5),
+                indicator: idx(7),
+                debit_mark: Some("D".into()),
+                currency: idx(6),
+                account: idx(0),
+                id: idx(8),
+                ..Mapping::default()
+            },
+            "csv_dab_bom.csv" => Mapping {
+                delimiter: ';',
+                header_first_cell: Some("Buchungstag".into()),
+                date: name("Buchungstag"),
+                date_format: "%d.%m.%Y %H:%M:%S".into(),
+                amount: name("Betrag in EUR"),
+                decimal_mark: ',',
+                thousands_separator: Some('.'),
+                fixed_currency: Some("EUR".into()),
+                ..Mapping::default()
+            },
+            "csv_danske_cp1257.csv" => Mapping {
+                charset: "cp1257".into(),
+                header_first_cell: Some("Date".into()),
+                date: idx(0),
+                date_format: "%Y:%m:%d".into(),
+                amount: idx(-2),
+                fixed_currency: Some("USD".into()),
+                ..Mapping::default()
+            },
+            _ => return None,
+        };
+        Some(m)
+    }
+
+    #[test]
+    fn every_corpus_csv_reads_as_the_manifest_says() {
+        let entries = corpus::entries("csv");
+        assert_eq!(entries.len(), 4);
+        for e in entries {
+            let file = e["file"].as_str().unwrap();
+            let m = corpus_mapping(file).unwrap_or_else(|| panic!("{file}: no mapping"));
+            let got = read(&corpus::bytes(&e), &m).unwrap_or_else(|err| panic!("{file}: {err}"));
+            corpus::check(&e, &got);
+        }
     }
 
     #[test]
