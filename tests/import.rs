@@ -160,3 +160,43 @@ fn the_same_key_replays_an_import_and_a_different_file_is_a_422() {
     assert_eq!(c.status, 422, "{}", c.text);
     assert_eq!(s.balance(&tok, &main), "1444.81");
 }
+
+/// A CSV export read through a mapping in the query: decimal comma, `;`, a preamble before the
+/// header, a column by name and one by position.
+#[test]
+fn a_csv_statement_imports_through_its_mapping() {
+    let s = Srv::start();
+    let (tok, main) = s.user("imp_csv", "0");
+    let csv =
+        "Konto;DE001\n\nBuchungstag;Text;Betrag\n03.02.2025;Gehalt;1.200,00\n04.02.2025;Miete;-700,50\n";
+    let mapping = json!({"delimiter": ";", "header_first_cell": "Buchungstag", "date": {"name": "Buchungstag"},
+        "date_format": "%d.%m.%Y", "amount": {"index": -1}, "payee": {"name": "Text"},
+        "decimal_mark": ",", "thousands_separator": ".", "fixed_account": "DE001"});
+    let q: String = format!("commit=true&format=csv&mapping={}", pct(&mapping.to_string()));
+    let r = import(&s, &tok, &q, csv.as_bytes());
+    r.ok();
+    let lines = r.json["lines"].as_array().unwrap();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["payee"], "Gehalt");
+    assert_eq!(lines[1]["date"], "2025-02-04");
+    assert_eq!(lines[1]["import_id"], "imp:DE001:-70050:2025-02-04:1");
+    assert_eq!(s.balance(&tok, &main), "499.5");
+    // Without a mapping, or with a broken one: a 400 and nothing changes.
+    import(&s, &tok, "format=csv", csv.as_bytes()).fails(400, "a CSV file needs a mapping");
+    let r = import(&s, &tok, "format=csv&mapping=%7B%22nope%22%3A1%7D", csv.as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.err().starts_with("Invalid mapping"), "{}", r.text);
+    assert_eq!(s.balance(&tok, &main), "499.5");
+}
+
+fn pct(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
