@@ -200,3 +200,38 @@ fn pct(s: &str) -> String {
         })
         .collect()
 }
+
+/// An OFX statement of `n` credits of 1.00 with distinct ids, spread over a year.
+fn big_ofx(n: usize) -> String {
+    let mut s = String::from("OFXHEADER:100\nDATA:OFXSGML\nVERSION:102\n\n<OFX><BANKMSGSRSV1><STMTTRNRS><STMTRS><CURDEF>EUR<BANKACCTFROM><ACCTID>BIG</BANKACCTFROM><BANKTRANLIST>\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "<STMTTRN><TRNTYPE>CREDIT<DTPOSTED>2025{:02}{:02}<TRNAMT>1.00<FITID>F{i}<NAME>P{}</STMTTRN>\n",
+            1 + (i / 28) % 12,
+            1 + i % 28,
+            i % 50
+        ));
+    }
+    s.push_str("</BANKTRANLIST></STMTRS></STMTTRNRS></BANKMSGSRSV1></OFX>\n");
+    s
+}
+
+/// The largest file a commit takes is applied whole, as one operation, into a tree with
+/// children (every credit flows down); one line more is refused and changes nothing.
+#[test]
+fn the_largest_import_commits_whole_and_one_line_more_is_refused() {
+    let s = Srv::start();
+    let (tok, main) = s.user("imp_big", "0");
+    s.child(&tok, &main, "Needs", json!({"allocation": 0.6}));
+    s.child(&tok, &main, "Wants", json!({"allocation": 0.4}));
+    let n = pfm::import::MAX_LINES;
+    let r = import(&s, &tok, "commit=true", big_ofx(n).as_bytes());
+    r.ok();
+    assert_eq!(r.json["summary"]["deposit"], json!(n));
+    let total = s.get(&tok, "/compute_total_balance", &format!("uuid={main}"));
+    assert_eq!(total.json["total_balance"], json!(n));
+    let r = import(&s, &tok, "commit=true", big_ofx(n + 1).as_bytes());
+    assert_eq!(r.status, 400, "{}", &r.text[..r.text.len().min(300)]);
+    let total = s.get(&tok, "/compute_total_balance", &format!("uuid={main}"));
+    assert_eq!(total.json["total_balance"], json!(n));
+}
