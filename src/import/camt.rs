@@ -735,4 +735,108 @@ mod tests {
         let other = "<?xml version=\"1.0\"?>\n<Foo><Bar/></Foo>\n";
         assert_eq!(err(other).line, 2);
     }
+
+    #[test]
+    fn entries_that_are_wrong_name_their_line() {
+        let cases = [
+            (ntry("1", "CRDT", "<Sts>BOOK</Sts><BookgDt><Dt>2025-13-45</Dt></BookgDt>"), "not a date"),
+            (ntry("1", "CRDT", "<Sts>BOOK</Sts><BookgDt><Dt>20251345</Dt></BookgDt>"), "not a date"),
+            (ntry("1", "CRDT", "<Sts>BOOK</Sts><BookgDt><Dt>2023-02-29</Dt></BookgDt>"), "not a date"),
+            (ntry("1", "CRDT", "<Sts>BOOK</Sts><BookgDt><Dt>2024-03-011</Dt></BookgDt>"), "not a date"),
+            (ntry(&"9".repeat(40), "CRDT", BOOK), "too large"),
+            (ntry("-5.00", "CRDT", BOOK), "not an amount"),
+            (ntry("1,000.00", "CRDT", BOOK), "not an amount"),
+            (ntry("1.005", "CRDT", BOOK), "more than 2 decimals"),
+            (ntry("", "CRDT", BOOK), "not an amount"),
+            (ntry("1", "CRED", BOOK), "not CRDT or DBIT"),
+            (ntry("1", "CRDT", "<Sts>BOOK</Sts>"), "neither <BookgDt> nor <ValDt>"),
+            ("<Ntry><CdtDbtInd>CRDT</CdtDbtInd></Ntry>\n".to_string(), "no <Amt>"),
+            ("<Ntry><Amt>1</Amt></Ntry>\n".to_string(), "no <CdtDbtInd>"),
+            ("<Ntry><Amt Ccy=\"euro\">1</Amt></Ntry>\n".to_string(), "not a currency"),
+        ];
+        for (entry, want) in cases {
+            // The entry sits on line 9, after a good one on line 8.
+            let xml = doc("02", &stmt("NL01", "EUR", &(ntry("1", "CRDT", BOOK) + &entry)));
+            let e = err(&xml);
+            assert_eq!(e.line, 9, "{entry}: {e}");
+            assert!(e.msg.contains(want), "{entry}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_truncated_file_is_refused_wherever_it_is_cut() {
+        let xml = doc("08", &stmt("NL01", "EUR", &(ntry("1", "CRDT", BOOK) + &ntry("2", "DBIT", BOOK))));
+        let full = xml.trim_end().len();
+        for cut in 0..full {
+            if let Ok(s) = read(&xml.as_bytes()[..cut]) {
+                panic!("cut at {cut} read as {s:?}");
+            }
+        }
+        let e = err(&xml[..xml.find("</Stmt>").unwrap()]);
+        assert_eq!(e.line, 10, "{e}");
+        assert!(e.msg.contains("truncated"), "{e}");
+        assert!(read(&xml.as_bytes()[..full]).is_ok());
+    }
+
+    #[test]
+    fn binary_garbage_and_plain_text_are_refused_with_a_line() {
+        let e = err(b"<Document>\n\x00\x01\x02\xff\xfe");
+        assert_eq!(e.line, 2, "{e}");
+        let e = err(b"\x89PNG\r\n\x1a\n\x00\x00");
+        assert_eq!(e.line, 2, "{e}");
+        let e = err("\n\nhello, world\n");
+        assert_eq!(e.line, 3, "{e}");
+        assert!(err("").line >= 1);
+        let e = err("<Document><BkToCstmrStmt></Stmt></BkToCstmrStmt></Document>");
+        assert!(e.msg.contains("not well-formed"), "{e}");
+    }
+
+    #[test]
+    fn a_doctype_is_refused_so_entities_never_expand() {
+        // The billion laughs: ten entities each ten times the last.
+        let mut bomb = String::from("<?xml version=\"1.0\"?>\n<!DOCTYPE lolz [\n<!ENTITY lol \"lol\">\n");
+        for i in 1..10 {
+            let prev = if i == 1 { "lol".to_string() } else { format!("lol{}", i - 1) };
+            bomb += &format!("<!ENTITY lol{i} \"{}\">\n", format!("&{prev};").repeat(10));
+        }
+        bomb += "]>\n<Document><BkToCstmrStmt><Stmt><Ntry><Amt>&lol9;</Amt></Ntry></Stmt></BkToCstmrStmt></Document>\n";
+        let e = err(&bomb);
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.msg.contains("DOCTYPE"), "{e}");
+        let xxe =
+            "<?xml version=\"1.0\"?>\n<!DOCTYPE d [<!ENTITY x SYSTEM \"file:///etc/passwd\">]>\n<Document/>";
+        assert!(err(xxe).msg.contains("DOCTYPE"));
+        // An entity used without a DOCTYPE is unknown, not looked up.
+        let e = err(doc(
+            "02",
+            &stmt("NL01", "EUR", &ntry("1", "CRDT", &format!("{BOOK}<AddtlNtryInf>&lol9;</AddtlNtryInf>"))),
+        ));
+        assert_eq!(e.line, 8, "{e}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_early() {
+        let depth = 100_000;
+        let xml = doc(
+            "02",
+            &stmt("NL01", "EUR", &ntry("1", "CRDT", &("<a>\n".repeat(depth) + &"</a>".repeat(depth)))),
+        );
+        let t = std::time::Instant::now();
+        let e = err(&xml);
+        assert!(e.msg.contains("nested deeper"), "{e}");
+        // <Ntry> on line 8 is the 4th element: the 61st <a> below it is the 65th, on line 68.
+        assert_eq!(e.line, 8 + MAX_DEPTH - 4, "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn more_than_max_lines_entries_stop_the_read_there() {
+        let entries = ntry("1", "CRDT", BOOK).repeat(MAX_LINES + 5);
+        let e = err(doc("02", &stmt("NL01", "EUR", &entries)));
+        assert_eq!(e.line, 8 + MAX_LINES, "{e}");
+        assert!(e.msg.contains("more than"), "{e}");
+        // Exactly MAX_LINES is a file.
+        let entries = ntry("1", "CRDT", BOOK).repeat(MAX_LINES);
+        assert_eq!(one(&doc("02", &stmt("NL01", "EUR", &entries)))[0].lines.len(), MAX_LINES);
+    }
 }
