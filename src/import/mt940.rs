@@ -395,6 +395,13 @@ mod tests {
         ok(text).into_iter().flat_map(|s| s.lines).collect()
     }
 
+    fn err(text: impl AsRef<[u8]>) -> ImportError {
+        match read(text.as_ref()) {
+            Ok(s) => panic!("read: {s:?}"),
+            Err(e) => e,
+        }
+    }
+
     #[test]
     fn every_corpus_statement_reads_as_the_manifest_says() {
         let entries = corpus::entries("mt940");
@@ -528,9 +535,87 @@ Supplementary
     }
 
     #[test]
+    fn fields_that_are_wrong_name_their_line() {
+        let cases = [
+            (":61:251345C1,00NTRFNONREF\n", "not a date"),
+            (":61:250229C1,00NTRFNONREF\n", "not a date"),
+            (":61:2503011345C1,00NTRFNONREF\n", "not a date"),
+            (":61:20251345C1,00NTRFNONREF\n", "not a date"),
+            (":61:2503X1C1,00NTRFNONREF\n", "no value date"),
+            (&format!(":61:250301C{},00NTRFNONREF\n", "9".repeat(40)), "too large"),
+            (":61:250301C1,001NTRFNONREF\n", "more than 2 decimals"),
+            (":61:250301X1,00NTRFNONREF\n", "debit/credit mark"),
+            (":61:250301ECR1,00NTRFNONREF\n", "debit/credit mark"),
+            (":61:250301CNTRFNONREF\n", "no amount"),
+            (":61:250301C1,00//X\n", "transaction type"),
+            (":61:250301C1,00NTR\n", "transaction type"),
+            (&format!(":61:250301C1,00NTRF{}\n", "R".repeat(36)), "longer than"),
+            (":61:\u{e9}\u{e9}\u{e9}\n", "no value date"),
+            (":61:\n", "no value date"),
+        ];
+        for (body, want) in cases {
+            // The bad line is line 6, after a good one on line 5.
+            let text = msg("NL01", &(":61:240301C1,00NTRFNONREF\n".to_string() + body));
+            let e = err(&text);
+            assert_eq!(e.line, 6, "{body}: {e}");
+            assert!(e.msg.contains(want), "{body}: {e}");
+        }
+    }
+
+    #[test]
     fn references_are_text() {
         let l = lines(&msg("NL01", ":61:240301C1,00NTRFA\u{e9}//B\u{e9}\n:61:240301C1,00NTRF A //\n"));
         let ids: Vec<_> = l.iter().map(|l| l.bank_id.as_deref()).collect();
         assert_eq!(ids, [Some("B\u{e9}"), Some("A")]);
+    }
+
+    #[test]
+    fn balances_are_checked_and_give_the_currency() {
+        let text = msg("NL01", "").replace(":60F:C240301EUR100,00", ":60F:C241301EUR100,00");
+        assert_eq!(err(text).line, 4);
+        let text =
+            msg("NL01", "").replace(":60F:C240301EUR100,00", &format!(":60F:C240301EUR{}", "1".repeat(40)));
+        assert_eq!(err(text).line, 4);
+        let text = msg("NL01", "").replace(":60F:C240301EUR", ":60F:C240301eur");
+        assert!(err(text).msg.contains("no currency"));
+        let text = msg("NL01", "").replace(":62F:C240331EUR", ":62F:C240331USD");
+        let e = err(text);
+        assert_eq!(e.line, 5, "{e}");
+        // No opening balance: the closing one's currency.
+        let text = msg("NL01", ":61:240301C1,00NTRFNONREF\n").replace(":60F:C240301EUR100,00\n", "");
+        assert_eq!(ok(&text)[0].currency.as_deref(), Some("EUR"));
+    }
+
+    #[test]
+    fn binary_garbage_and_text_without_fields_are_refused() {
+        let e = err(b":20:X\n:25:1\n\x00\x01\x02\xff\xfe");
+        assert_eq!(e.line, 3, "{e}");
+        let e = err(b"\x89PNG\r\n\x1a\n");
+        assert_eq!(e.line, 2, "{e}");
+        assert_eq!(err("just some\ntext\n").line, 1);
+        assert_eq!(err("").line, 1);
+    }
+
+    #[test]
+    fn a_cut_anywhere_never_panics() {
+        let text = msg(
+            "NL01",
+            ":61:2403010301D25,03NTRFNONREF//BANK1\nsupp\n:86:166?00SEPA?20Rechnung?32MUELLER\n:61:240302C1,00NTRFX\n:86:/TRTP/X/NAME/N/REMI/R\n",
+        );
+        for cut in 0..=text.len() {
+            let _ = read(&text.as_bytes()[..cut]);
+        }
+    }
+
+    #[test]
+    fn more_than_max_lines_stop_the_read_there() {
+        let body = ":61:240301C1,00NTRFNONREF\n:86:x\n".repeat(MAX_LINES + 5);
+        let t = std::time::Instant::now();
+        let e = err(msg("NL01", &body));
+        assert_eq!(e.line, 5 + 2 * MAX_LINES, "{e}");
+        assert!(e.msg.contains("more than"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        let body = ":61:240301C1,00NTRFNONREF\n".repeat(MAX_LINES);
+        assert_eq!(lines(&msg("NL01", &body)).len(), MAX_LINES);
     }
 }
