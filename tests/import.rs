@@ -235,3 +235,31 @@ fn the_largest_import_commits_whole_and_one_line_more_is_refused() {
     let total = s.get(&tok, "/compute_total_balance", &format!("uuid={main}"));
     assert_eq!(total.json["total_balance"], json!(n));
 }
+
+/// Every real statement of `../shared/statements` but the CSVs (which need their bank's mapping,
+/// tested with the reader) previews over HTTP with the figures independent parsers read.
+#[test]
+fn every_real_statement_previews_with_the_manifests_figures() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/statements");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("MANIFEST.json")).expect("manifest"))
+            .expect("json");
+    let s = Srv::start();
+    let (tok, _) = s.user("imp_corpus", "0");
+    let mut seen = 0;
+    for e in manifest.as_array().unwrap().iter().filter(|e| e["format"] != "csv") {
+        let file = e["file"].as_str().unwrap();
+        let r = import(&s, &tok, "", &std::fs::read(dir.join(file)).expect("file"));
+        assert_eq!(r.status, 200, "{file}: {}", r.text);
+        let lines = r.json["lines"].as_array().unwrap();
+        assert_eq!(lines.len() as u64, e["transactions"].as_u64().unwrap(), "{file}");
+        if let Some(sum) = e["sum_amount"].as_str() {
+            let cents: i64 =
+                lines.iter().map(|l| (l["amount"].as_f64().unwrap() * 100.0).round() as i64).sum();
+            let want = (sum.parse::<f64>().unwrap() * 100.0).round() as i64;
+            assert_eq!(cents, want, "{file}");
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 15);
+}
