@@ -172,9 +172,11 @@ impl<'a> Ctx<'a> {
         let mut records = self.records;
         records.retain(|(acc, _, _)| t.get(*acc).is_some());
         let mut main_txids = Vec::new();
+        // A split's debit of main carries the credit's id: index each id once, in record order
+        // (a set, as an import makes thousands of ids in one operation).
+        let mut seen = std::collections::HashSet::new();
         for (acc, _, rec) in &records {
-            // A split's debit of main carries the credit's id: index each id once.
-            if *acc == t.root && !main_txids.contains(&rec.id) {
+            if *acc == t.root && seen.insert(rec.id.as_str()) {
                 main_txids.push(rec.id.clone());
             }
         }

@@ -77,7 +77,11 @@ pub fn row_writes<'a>(
         f(RowWrite::Record { i, acc: *acc, seq: *seq, rec })?;
     }
     let credited = credited_id(change, user.root);
-    for id in change.main_txids.iter().filter(|id| !derived(change, id, id_key, user.root)) {
+    let mut root_seqs = None;
+    for id in &change.main_txids {
+        if derived(change, id, id_key, user.root, &mut root_seqs) {
+            continue;
+        }
         f(RowWrite::Txid { id, new: Some(id.as_str()) == credited })?;
     }
     for (i, (acc, day, sums)) in change.days.iter().enumerate() {
@@ -110,10 +114,21 @@ fn credited_id(c: &Change, root: AccountId) -> Option<&str> {
 }
 
 /// Whether `key` derives `id` from the sequence number of the main-account record carrying it:
-/// then the log itself finds it, and it needs no index row (`domain::txid`).
-fn derived(c: &Change, id: &str, key: Option<&IdKey>, root: AccountId) -> bool {
-    key.and_then(|k| k.seq(id))
-        .is_some_and(|s| c.records.iter().any(|(acc, seq, r)| *acc == root && *seq == s && r.id == id))
+/// then the log itself finds it, and it needs no index row (`domain::txid`). `root_seqs`, built
+/// at the first generated id, maps the change's main-account records by sequence number, so a
+/// change of many records costs one pass, not one per id.
+fn derived<'c>(
+    c: &'c Change,
+    id: &str,
+    key: Option<&IdKey>,
+    root: AccountId,
+    root_seqs: &mut Option<std::collections::HashMap<u64, &'c str>>,
+) -> bool {
+    let Some(s) = key.and_then(|k| k.seq(id)) else { return false };
+    let seqs = root_seqs.get_or_insert_with(|| {
+        c.records.iter().filter(|(acc, _, _)| *acc == root).map(|(_, seq, r)| (*seq, r.id.as_str())).collect()
+    });
+    seqs.get(&s).is_some_and(|r| *r == id)
 }
 
 #[cfg(test)]
