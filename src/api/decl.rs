@@ -264,20 +264,8 @@ impl Endpoint {
     ) -> Endpoint {
         Endpoint {
             verb: Verb::Post,
-            path,
-            ep,
-            prefix,
-            summary,
-            access: Access::Bearer,
             writes: true,
-            body: Body::Params,
-            params,
-            fields,
-            errors,
+            ..Endpoint::read(path, ep, prefix, summary, params, fields, errors)
         }
-    }
-
-    pub fn param(&self, name: &str) -> Option<&'static Param> {
-        self.params.iter().copied().find(|p| p.name == name)
     }
 }
