@@ -263,3 +263,22 @@ fn every_real_statement_previews_with_the_manifests_figures() {
     }
     assert_eq!(seen, 15);
 }
+
+/// An import's answer too large to keep with its key is not kept: a retry with the same key runs
+/// again and finds every line a duplicate, so nothing is applied twice.
+#[test]
+fn a_large_import_retried_with_its_key_applies_nothing_twice() {
+    let s = Srv::start();
+    let (tok, main) = s.user("imp_idem_big", "0");
+    let headers = [("Authorization", format!("Bearer {tok}")), ("Idempotency-Key", "big-1".to_string())];
+    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let body = big_ofx(2000);
+    let a = s.raw("POST", "/import?commit=true", &h, Body::Raw("application/octet-stream", body.as_bytes()));
+    a.ok();
+    assert_eq!(a.json["summary"]["deposit"], json!(2000));
+    let b = s.raw("POST", "/import?commit=true", &h, Body::Raw("application/octet-stream", body.as_bytes()));
+    b.ok();
+    assert_eq!(b.header("idempotent-replayed"), None);
+    assert_eq!(b.json["summary"]["duplicate"], json!(2000));
+    assert_eq!(s.balance(&tok, &main), "2000");
+}
