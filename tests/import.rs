@@ -282,3 +282,28 @@ fn a_large_import_retried_with_its_key_applies_nothing_twice() {
     assert_eq!(b.json["summary"]["duplicate"], json!(2000));
     assert_eq!(s.balance(&tok, &main), "2000");
 }
+
+/// Delta sync sees a committed import like any write: one change, every imported record.
+#[test]
+fn delta_sync_lists_what_an_import_committed() {
+    let s = Srv::start();
+    let (tok, _) = s.user("imp_sync", "0");
+    let before = s.get(&tok, "/changes", "");
+    before.ok();
+    let known = before.json["server_knowledge"].as_i64().unwrap();
+    import(&s, &tok, "commit=true", OFX.as_bytes()).ok();
+    let after = s.get(&tok, "/changes", &format!("since={known}"));
+    after.ok();
+    let ids: Vec<&str> = after.json["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["TransactionID"].as_str())
+        .collect();
+    assert_eq!(ids, ["imp:000111222:A1", "imp:000111222:A2", "imp:000111222:A3"], "{}", after.text);
+    // The same file again commits nothing, so sync has nothing new.
+    let now = after.json["server_knowledge"].as_i64().unwrap();
+    import(&s, &tok, "commit=true", OFX.as_bytes()).ok();
+    let again = s.get(&tok, "/changes", &format!("since={now}"));
+    assert_eq!(again.json["transactions"], json!([]), "{}", again.text);
+}
