@@ -5,13 +5,11 @@
 //! quick-xml reads the file as a stream and never expands DTD entities; a DOCTYPE is refused
 //! outright, so an entity bomb is a few bytes and an error, and an unknown `&name;` is an error.
 
-use std::collections::HashMap;
-
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
 use super::text::{self, shown};
-use super::{ImportError, Line, Statement, MAX_FILE_BYTES, MAX_LINES};
+use super::{ImportError, Line, Statement, Statements, MAX_FILE_BYTES, MAX_LINES};
 
 /// Deepest element nesting read. The deepest path the schemas define is about 15 elements
 /// (Document/BkToCstmrStmt/Stmt/Ntry/NtryDtls/TxDtls/RmtInf/Strd/CdtrRefInf/Tp/CdOrPrtry/Cd);
@@ -132,8 +130,7 @@ struct Parser<'a> {
     stmt: Stmt,
     ntry_at: Option<usize>,
     ntry: Entry,
-    out: Vec<Statement>,
-    index: HashMap<(Option<String>, Option<String>), usize>,
+    out: Statements,
     count: usize,
 }
 
@@ -151,8 +148,7 @@ impl<'a> Parser<'a> {
             stmt: Stmt::default(),
             ntry_at: None,
             ntry: Entry::default(),
-            out: Vec::new(),
-            index: HashMap::new(),
+            out: Statements::default(),
             count: 0,
         }
     }
@@ -205,7 +201,7 @@ impl<'a> Parser<'a> {
         if !self.statement_seen {
             return Err(ImportError::at(root_line, "no <BkToCstmrStmt>: this is not a CAMT.053 statement"));
         }
-        Ok(self.out)
+        Ok(self.out.into_vec())
     }
 
     fn start(&mut self, e: &BytesStart, line: usize) -> Result<(), ImportError> {
@@ -287,22 +283,11 @@ impl<'a> Parser<'a> {
     /// `Amt@Ccy`, else the account's), so a merged statement is never in two currencies.
     fn merge(&mut self, stmt: Stmt) {
         let account = stmt.iban.or(stmt.other_id);
-        let mut slot = |cur: Option<String>| {
-            let key = (account.clone(), cur.clone());
-            *self.index.entry(key).or_insert_with(|| {
-                self.out.push(Statement { account: account.clone(), currency: cur, lines: Vec::new() });
-                self.out.len() - 1
-            })
-        };
         if stmt.lines.is_empty() {
-            slot(stmt.currency.clone());
+            self.out.of(account.clone(), stmt.currency.clone());
         }
-        let mut filed = Vec::with_capacity(stmt.lines.len());
         for (line, cur) in stmt.lines {
-            filed.push((slot(cur.or_else(|| stmt.currency.clone())), line));
-        }
-        for (k, line) in filed {
-            self.out[k].lines.push(line);
+            self.out.of(account.clone(), cur.or_else(|| stmt.currency.clone())).lines.push(line);
         }
     }
 }

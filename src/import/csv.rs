@@ -2,12 +2,10 @@
 //! under a name (JSON) that says where the header is and which column holds what, and reuses it
 //! for each file of that bank.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
 use super::text::{self, shown};
-use super::{ImportError, Line, Statement, MAX_FILE_BYTES, MAX_LINES};
+use super::{ImportError, Line, Statement, Statements, MAX_FILE_BYTES, MAX_LINES};
 
 /// A column, by its header's text (trimmed) or by 0-based index; a negative index counts from
 /// the end of each row (`-1` is the last field), for banks whose rows are shorter than their
@@ -194,8 +192,7 @@ pub fn read(bytes: &[u8], m: &Mapping) -> Result<Vec<Statement>, ImportError> {
     let date_format = DateFormat::parse(&m.date_format).map_err(|e| ImportError::at(0, e))?;
     let mut rows = Rows::new(&text, m.delimiter);
     let mut cols: Option<Cols> = None;
-    let mut statements: Vec<Statement> = Vec::new();
-    let mut index: HashMap<(Option<String>, Option<String>), usize> = HashMap::new();
+    let mut statements = Statements::default();
     let mut count = 0usize;
     while let Some(line) = rows.next()? {
         let rec = &rows.rec;
@@ -242,11 +239,7 @@ pub fn read(bytes: &[u8], m: &Mapping) -> Result<Vec<Statement>, ImportError> {
             ));
         }
         count += 1;
-        let at = *index.entry((account.clone(), currency.clone())).or_insert_with(|| {
-            statements.push(Statement { account, currency, lines: Vec::new() });
-            statements.len() - 1
-        });
-        statements[at].lines.push(Line {
+        statements.of(account, currency).lines.push(Line {
             day,
             amount_cents,
             payee: opt(&c.payee),
@@ -264,7 +257,7 @@ pub fn read(bytes: &[u8], m: &Mapping) -> Result<Vec<Statement>, ImportError> {
             },
         ));
     }
-    Ok(statements)
+    Ok(statements.into_vec())
 }
 
 /// The records of the text, each with the 1-based line of the file where it starts.

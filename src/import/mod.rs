@@ -42,6 +42,34 @@ pub struct Statement {
     pub lines: Vec<Line>,
 }
 
+/// Statements filed by account and currency, in the order each first appears: how every reader
+/// merges the statements of one account in a file.
+#[derive(Debug, Default)]
+pub(crate) struct Statements {
+    out: Vec<Statement>,
+    index: std::collections::HashMap<(Option<String>, Option<String>), usize>,
+}
+
+impl Statements {
+    /// The statement of `account` in `currency`, made empty at its first use.
+    pub(crate) fn of(&mut self, account: Option<String>, currency: Option<String>) -> &mut Statement {
+        let out = &mut self.out;
+        let i = *self.index.entry((account, currency)).or_insert_with_key(|(account, currency)| {
+            out.push(Statement { account: account.clone(), currency: currency.clone(), lines: Vec::new() });
+            out.len() - 1
+        });
+        &mut self.out[i]
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    pub(crate) fn into_vec(self) -> Vec<Statement> {
+        self.out
+    }
+}
+
 /// Why a file could not be read: the 1-based line (0: the file as a whole) and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImportError {

@@ -5,10 +5,8 @@
 //! Read as SWIFT writes it and as banks export it: with or without the `{1:}{2:}{4:` envelope,
 //! with preamble lines before `:20:` (ING), messages ended by a line starting with `-`.
 
-use std::collections::HashMap;
-
 use super::text::{self, shown};
-use super::{ImportError, Line, Statement, MAX_FILE_BYTES, MAX_LINES};
+use super::{ImportError, Line, Statement, Statements, MAX_FILE_BYTES, MAX_LINES};
 
 /// Longest reference read in `:61:`. SWIFT allows 16 characters for each of the two; banks
 /// overrun that, and 35 (the longest reference SWIFT fields carry) still keeps an id an id.
@@ -45,7 +43,7 @@ pub fn read(bytes: &[u8]) -> Result<Vec<Statement>, ImportError> {
     if !r.seen {
         return Err(ImportError::at(1, "no MT940 field (`:20:`, `:25:`, `:61:`...) in the file"));
     }
-    Ok(r.out)
+    Ok(r.out.into_vec())
 }
 
 /// A field: its tag, the line it starts on, and its text (the first line after the tag, then
@@ -74,8 +72,7 @@ struct Reader {
     msg: Option<Message>,
     field: Option<Field>,
     count: usize,
-    out: Vec<Statement>,
-    index: HashMap<(Option<String>, Option<String>), usize>,
+    out: Statements,
 }
 
 impl Reader {
@@ -160,12 +157,7 @@ impl Reader {
             (Some(o), _) => Some(o),
             (None, c) => c.map(|c| c.0),
         };
-        let key = (msg.account.clone(), currency.clone());
-        let k = *self.index.entry(key).or_insert_with(|| {
-            self.out.push(Statement { account: msg.account, currency, lines: Vec::new() });
-            self.out.len() - 1
-        });
-        self.out[k].lines.append(&mut msg.lines);
+        self.out.of(msg.account, currency).lines.append(&mut msg.lines);
         Ok(())
     }
 }

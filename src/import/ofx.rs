@@ -10,8 +10,8 @@
 //! Lines count from 1; `\n`, `\r\n` and a lone `\r` each end one.
 
 use super::text;
-use super::{ImportError, Line, Statement, MAX_FILE_BYTES, MAX_LINES};
-use std::collections::{HashMap, HashSet};
+use super::{ImportError, Line, Statement, Statements, MAX_FILE_BYTES, MAX_LINES};
+use std::collections::HashSet;
 
 /// Deepest nesting of open aggregates: real OFX goes about 10 deep (investment transactions), so
 /// 64 leaves room for bank extensions while a hostile file cannot grow the stack without bound.
@@ -374,8 +374,7 @@ struct Builder<'a> {
     statement: Option<StatementSoFar>,
     transaction: Option<TransactionSoFar>,
     transactions: usize,
-    statements: Vec<Statement>,
-    by_key: HashMap<(Option<String>, Option<String>), usize>,
+    statements: Statements,
     saw_ofx: bool,
     investment_line: Option<usize>,
     status: Option<(usize, String)>,
@@ -432,7 +431,7 @@ impl<'a> Builder<'a> {
                 "no bank or credit-card statement (STMTRS or CCSTMTRS) in the file",
             ));
         }
-        Ok(self.statements)
+        Ok(self.statements.into_vec())
     }
 
     fn open(&mut self, name: &'a str, line: usize) -> Result<(), ImportError> {
@@ -492,18 +491,7 @@ impl<'a> Builder<'a> {
             }
             Role::Statement => {
                 let Some(s) = self.statement.take() else { return Ok(()) };
-                let key = (s.account.clone(), s.currency.clone());
-                match self.by_key.get(&key) {
-                    Some(&i) => self.statements[i].lines.extend(s.lines),
-                    None => {
-                        self.by_key.insert(key, self.statements.len());
-                        self.statements.push(Statement {
-                            account: s.account,
-                            currency: s.currency,
-                            lines: s.lines,
-                        });
-                    }
-                }
+                self.statements.of(s.account, s.currency).lines.extend(s.lines);
             }
         }
         Ok(())
