@@ -1,9 +1,7 @@
 //! Who started a posting (a record's `By`, SPEC 2.6): `User`, `System`, or any label a client passed
 //! as `initiated_by`, kept and shown exactly as given. Analytics count `User` and `System` (10.15).
 
-use std::fmt;
-
-use super::text::Text;
+use super::text::{labelled_text, Text};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
@@ -33,43 +31,9 @@ impl Origin {
     }
 }
 
-// Exact text: `user` is a label of its own (10.15 counts only `User`).
-impl From<&str> for Origin {
-    fn from(s: &str) -> Origin {
-        Origin::known(s).unwrap_or_else(|| Origin::Other(Text::from(s)))
-    }
-}
-
-impl From<String> for Origin {
-    fn from(s: String) -> Origin {
-        Origin::known(&s).unwrap_or_else(|| Origin::Other(Text::from(s)))
-    }
-}
-
-impl From<Text> for Origin {
-    fn from(t: Text) -> Origin {
-        Origin::known(&t).unwrap_or(Origin::Other(t))
-    }
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-// Stored and sent exactly as its text is.
-impl serde::Serialize for Origin {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Origin {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Origin, D::Error> {
-        String::deserialize(d).map(Origin::from)
-    }
-}
+// Built from its exact text (`user` is a label of its own: 10.15 counts only `User`); stored and
+// sent exactly as its text is.
+labelled_text!(Origin);
 
 #[cfg(test)]
 mod tests {
@@ -77,18 +41,9 @@ mod tests {
     use proptest::prelude::*;
 
     fn round_trips(s: &str) -> Result<(), TestCaseError> {
-        let cfg = bincode::config::standard();
         let o = Origin::from(s);
         prop_assert_eq!(o.as_str(), s);
-        prop_assert_eq!(&Origin::from(s.to_string()), &o);
-        prop_assert_eq!(&Origin::from(Text::from(s)), &o);
-        prop_assert_eq!(o.to_string(), s);
-        let bytes = bincode::serde::encode_to_vec(&o, cfg).unwrap();
-        prop_assert_eq!(&bytes, &bincode::serde::encode_to_vec(s, cfg).unwrap());
-        let (back, _): (Origin, usize) = bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
-        prop_assert_eq!(&back, &o);
-        prop_assert_eq!(serde_json::to_string(&o).unwrap(), serde_json::to_string(s).unwrap());
-        Ok(())
+        crate::domain::text::label_round_trips::<Origin>(s)
     }
 
     #[test]

@@ -1,9 +1,7 @@
 //! An account's status (SPEC 2.3, 10.10): the three states the engine acts on, or any other label a
 //! client chose, which is kept and shown exactly as given.
 
-use std::fmt;
-
-use super::text::Text;
+use super::text::{labelled_text, Text};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Status {
@@ -43,43 +41,9 @@ impl Status {
     }
 }
 
-// Exact text: "Active" is a custom label, as it always was once stored.
-impl From<&str> for Status {
-    fn from(s: &str) -> Status {
-        Status::known(s).unwrap_or_else(|| Status::Other(Text::from(s)))
-    }
-}
-
-impl From<String> for Status {
-    fn from(s: String) -> Status {
-        Status::known(&s).unwrap_or_else(|| Status::Other(Text::from(s)))
-    }
-}
-
-impl From<Text> for Status {
-    fn from(t: Text) -> Status {
-        Status::known(&t).unwrap_or(Status::Other(t))
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-// Stored and sent exactly as its text is.
-impl serde::Serialize for Status {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Status {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Status, D::Error> {
-        String::deserialize(d).map(Status::from)
-    }
-}
+// Built from its exact text ("Active" is a custom label, as it always was once stored); stored
+// and sent exactly as its text is.
+labelled_text!(Status);
 
 #[cfg(test)]
 mod tests {
@@ -87,18 +51,9 @@ mod tests {
     use proptest::prelude::*;
 
     fn round_trips(s: &str) -> Result<(), TestCaseError> {
-        let cfg = bincode::config::standard();
         let st = Status::from(s);
         prop_assert_eq!(st.as_str(), s);
-        prop_assert_eq!(&Status::from(s.to_string()), &st);
-        prop_assert_eq!(&Status::from(Text::from(s)), &st);
-        prop_assert_eq!(st.to_string(), s);
-        let bytes = bincode::serde::encode_to_vec(&st, cfg).unwrap();
-        prop_assert_eq!(&bytes, &bincode::serde::encode_to_vec(s, cfg).unwrap());
-        let (back, _): (Status, usize) = bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
-        prop_assert_eq!(&back, &st);
-        prop_assert_eq!(serde_json::to_string(&st).unwrap(), serde_json::to_string(s).unwrap());
-        Ok(())
+        crate::domain::text::label_round_trips::<Status>(s)
     }
 
     #[test]

@@ -159,6 +159,78 @@ impl<'de> serde::Deserialize<'de> for Text {
     }
 }
 
+/// The plumbing of an enum of named labels with any other text kept as `Other(Text)` (account
+/// status, a posting's origin): built from its text (exact; the type's `known` names the
+/// variants), shown, stored and sent exactly as its text (`as_str`).
+macro_rules! labelled_text {
+    ($t:ident) => {
+        impl From<&str> for $t {
+            fn from(s: &str) -> $t {
+                $t::known(s).unwrap_or_else(|| $t::Other(Text::from(s)))
+            }
+        }
+
+        impl From<String> for $t {
+            fn from(s: String) -> $t {
+                $t::known(&s).unwrap_or_else(|| $t::Other(Text::from(s)))
+            }
+        }
+
+        impl From<Text> for $t {
+            fn from(t: Text) -> $t {
+                $t::known(&t).unwrap_or($t::Other(t))
+            }
+        }
+
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$t, D::Error> {
+                String::deserialize(d).map($t::from)
+            }
+        }
+    };
+}
+pub(crate) use labelled_text;
+
+/// That a labelled-text value made from `s` every way reads back as `s`: its text, display,
+/// bincode bytes (those of the string itself) and JSON.
+#[cfg(test)]
+pub(crate) fn label_round_trips<T>(s: &str) -> Result<(), proptest::test_runner::TestCaseError>
+where
+    T: for<'a> From<&'a str>
+        + From<String>
+        + From<Text>
+        + std::fmt::Display
+        + std::fmt::Debug
+        + PartialEq
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    use proptest::prop_assert_eq;
+    let cfg = bincode::config::standard();
+    let v = T::from(s);
+    prop_assert_eq!(v.to_string(), s);
+    prop_assert_eq!(&T::from(s.to_string()), &v);
+    prop_assert_eq!(&T::from(Text::from(s)), &v);
+    let bytes = bincode::serde::encode_to_vec(&v, cfg).unwrap();
+    prop_assert_eq!(&bytes, &bincode::serde::encode_to_vec(s, cfg).unwrap());
+    let (back, _): (T, usize) = bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
+    prop_assert_eq!(&back, &v);
+    prop_assert_eq!(serde_json::to_string(&v).unwrap(), serde_json::to_string(s).unwrap());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
