@@ -436,21 +436,6 @@ pub async fn walking_amount(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         .money("walking_amount", w))
 }
 
-/// A boolean parameter (SPEC 3.4's booleans), `default` when absent.
-fn flag(p: &Params, decl: &Param, default: bool) -> Result<bool, ApiError> {
-    let bad = || ApiError::bad(decl.msgs.invalid);
-    match p.get(decl.name) {
-        PVal::Missing | PVal::Empty => Ok(default),
-        PVal::Bool(b) => Ok(b),
-        PVal::Str(s) => match s.as_ref() {
-            "true" | "TRUE" | "True" | "T" => Ok(true),
-            "false" | "FALSE" | "False" | "F" => Ok(false),
-            _ => Err(bad()),
-        },
-        PVal::Num(_) | PVal::Invalid => Err(bad()),
-    }
-}
-
 struct TreeQuery<'a> {
     /// Where each account's log goes, filled in after the tree is rendered; `None`: no logs.
     logs: Option<&'a std::cell::RefCell<LogPlan>>,
@@ -571,10 +556,10 @@ pub async fn minimal_tree(app: &App, rq: &Rq) -> Result<Handled, ApiError> {
     };
     let n_micro = p.num_of(&N)?.map_or(DEFAULT_LOOKAHEAD_MICRO, i128::from);
     let (from, to) = day_range(p, &START_DATE, &END_DATE, day_of(rq.now()), true)?;
-    let series = flag(p, &TS_DATA, false)?;
+    let series = p.flag_of(&TS_DATA, false)?;
     // Not in SPEC: `transactions=false` leaves every node's log out (the key is absent), for a
     // client that wants the tree and its figures without the whole history (the web page).
-    let with_logs = flag(p, &WITH_LOGS, true)?;
+    let with_logs = p.flag_of(&WITH_LOGS, true)?;
     if series && to - from + 1 > SERIES_MAX_DAYS {
         return Err(ApiError::bad("Date range too large for time series"));
     }

@@ -160,24 +160,9 @@ fn read_file(rq: &Rq) -> Result<(Format, Vec<Statement>), ApiError> {
     Ok((format, statements))
 }
 
-fn format_name(f: Format) -> &'static str {
-    match f {
-        Format::Ofx => "ofx",
-        Format::Camt053 => "camt053",
-        Format::Mt940 => "mt940",
-        Format::Csv => "csv",
-    }
-}
-
 pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let (format, statements) = read_file(rq)?;
-    let commit = match rq.params.get(COMMIT.name) {
-        super::params::PVal::Missing | super::params::PVal::Empty => false,
-        super::params::PVal::Bool(b) => b,
-        super::params::PVal::Str(s) if matches!(s.as_ref(), "true" | "TRUE" | "True" | "T") => true,
-        super::params::PVal::Str(s) if matches!(s.as_ref(), "false" | "FALSE" | "False" | "F") => false,
-        _ => return Err(ApiError::bad(COMMIT.msgs.invalid)),
-    };
+    let commit = rq.params.flag_of(&COMMIT, false)?;
     let uuid = rq.params.text_of(&UUID)?.map(|u| u.into_owned());
     let planned = plan(&statements);
     let (guard, cur) = match super::lock_tree(app, rq, super::no_tree).await? {
@@ -199,7 +184,7 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         dup.push(!seen.insert(p.id.as_str()) || (main && guard.main_txid_exists(&p.id).await?));
     }
     drop(seen);
-    let channel = Text::from(format!("import:{}", format_name(format)));
+    let channel = Text::from(format!("import:{}", format.name()));
     let by = Origin::from(Text::from(IMPORT_BY));
     let ids: Vec<Text> = planned.iter().map(|p| Text::from(p.id.as_str())).collect();
     // Runs every line on `ctx` in file order, as the commit does: what a line can do depends on
@@ -268,7 +253,7 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
             .money("net_amount", sum_cents);
         Obj::new()
             .str("uuid", &fmt_uuid(target))
-            .str("format", format_name(format))
+            .str("format", format.name())
             .bool("committed", committed)
             .raw("lines", &lines)
             .obj("summary", summary)

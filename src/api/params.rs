@@ -366,6 +366,22 @@ impl Params {
         self.num_of(p)?.ok_or_else(missing)
     }
 
+    /// A boolean parameter (SPEC 3.4's spellings), `default` when absent; anything else is its
+    /// `invalid` message.
+    pub fn flag_of(&self, p: &Param, default: bool) -> Result<bool, ApiError> {
+        let bad = || ApiError::bad(p.msgs.invalid);
+        match self.get(p.name) {
+            PVal::Missing | PVal::Empty => Ok(default),
+            PVal::Bool(b) => Ok(b),
+            PVal::Str(s) => match s.as_ref() {
+                "true" | "TRUE" | "True" | "T" => Ok(true),
+                "false" | "FALSE" | "False" | "F" => Ok(false),
+                _ => Err(bad()),
+            },
+            PVal::Num(_) | PVal::Invalid => Err(bad()),
+        }
+    }
+
     /// A date parameter (SPEC 3.4); absent or empty is `None`, unparsable its `invalid` message.
     pub fn date_of(&self, p: &Param) -> Result<Option<i64>, ApiError> {
         match self.text(p.name)? {

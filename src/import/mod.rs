@@ -103,6 +103,16 @@ pub enum Format {
 }
 
 impl Format {
+    /// The name answers and channels give it (`format=` takes it too).
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Ofx => "ofx",
+            Format::Camt053 => "camt053",
+            Format::Mt940 => "mt940",
+            Format::Csv => "csv",
+        }
+    }
+
     pub fn parse(name: &str) -> Option<Format> {
         match name.to_ascii_lowercase().as_str() {
             "ofx" | "qfx" => Some(Format::Ofx),
@@ -257,6 +267,13 @@ mod tests {
                 _ => Format::Csv,
             };
             assert_eq!(detect(&corpus::bytes(&e)), Some(want), "{}", e["file"]);
+        }
+    }
+
+    #[test]
+    fn a_format_reads_back_from_its_name() {
+        for f in [Format::Ofx, Format::Camt053, Format::Mt940, Format::Csv] {
+            assert_eq!(Format::parse(f.name()), Some(f));
         }
     }
 
