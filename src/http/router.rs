@@ -14,8 +14,9 @@ pub enum Routed {
     WrongMethod(&'static str),
 }
 
-pub fn route(method: &Method, path: &str) -> Routed {
-    match ENDPOINTS.iter().find(|e| e.path == path) {
+/// The route at `at` (its path's [`index`], found once per request) for `method`.
+pub fn route(at: usize, method: &Method) -> Routed {
+    match ENDPOINTS.get(at) {
         None => Routed::NotFound,
         Some(e) if e.verb.as_str() == method.as_str() => Routed::Found(e),
         Some(e) => Routed::WrongMethod(e.verb.as_str()),

@@ -99,7 +99,7 @@ async fn handle(
             }
             // Boxed: this future is moved whole a few times per request (into hyper's slot
             // among them), and dispatch's state is most of its size.
-            let mut r = Box::pin(dispatch(&app, req, passed.who, start_us, &rid)).await;
+            let mut r = Box::pin(dispatch(&app, req, route, passed.who, start_us, &rid)).await;
             r.headers.extend(filter::ratelimit_headers(&passed.quota));
             r
         }
@@ -270,9 +270,11 @@ async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, BodyFail> {
     Ok(if joined.is_empty() { first.unwrap_or_default() } else { Bytes::from(joined) })
 }
 
+/// `at`: the route index of the request's path ([`router::index`]).
 async fn dispatch(
     app: &Arc<App>,
     req: Request<Incoming>,
+    at: usize,
     pass: Pass,
     start_us: i64,
     rid: &HeaderValue,
@@ -281,7 +283,7 @@ async fn dispatch(
         let reply = assets::reply(asset, req.headers());
         return drain(app, req.into_body(), reply).await;
     }
-    let r = match route(req.method(), req.uri().path()) {
+    let r = match route(at, req.method()) {
         Routed::Found(r) => r,
         Routed::NotFound => {
             return drain(app, req.into_body(), Reply::bare(404, "404 - Resource Not Found")).await
