@@ -9,7 +9,7 @@ use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
 use super::text::{self, shown};
-use super::{ImportError, Line, Statement, Statements, MAX_FILE_BYTES, MAX_LINES};
+use super::{ImportError, Line, Statement, Statements, MAX_LINES};
 
 /// Deepest element nesting read. The deepest path the schemas define is about 15 elements
 /// (Document/BkToCstmrStmt/Stmt/Ntry/NtryDtls/TxDtls/RmtInf/Strd/CdtrRefInf/Tp/CdOrPrtry/Cd);
@@ -25,9 +25,7 @@ const VERSIONS: std::ops::RangeInclusive<u32> = 2..=8;
 const ISO_NS: &str = "urn:iso:std:iso:20022:tech:xsd:";
 
 pub fn read(bytes: &[u8]) -> Result<Vec<Statement>, ImportError> {
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(ImportError::at(0, format!("the file is larger than {} MiB", MAX_FILE_BYTES >> 20)));
-    }
+    super::check_size(bytes)?;
     let xml = text::decode(bytes, declared_encoding(bytes).as_deref());
     check_chars(&xml)?;
     let start = xml.len() - xml.trim_start().len();
@@ -250,10 +248,7 @@ impl<'a> Parser<'a> {
                 let entry = std::mem::take(&mut self.ntry);
                 if let Some(l) = entry_line(entry)? {
                     if self.count == MAX_LINES {
-                        return Err(ImportError::at(
-                            l.0.source_line,
-                            format!("the file has more than {MAX_LINES} transaction lines"),
-                        ));
+                        return Err(super::too_many_lines(l.0.source_line));
                     }
                     self.count += 1;
                     self.stmt.lines.push(l);

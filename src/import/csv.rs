@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::text::{self, shown};
-use super::{ImportError, Line, Statement, Statements, MAX_FILE_BYTES, MAX_LINES};
+use super::{ImportError, Line, Statement, Statements, MAX_LINES};
 
 /// A column, by its header's text (trimmed) or by 0-based index; a negative index counts from
 /// the end of each row (`-1` is the last field), for banks whose rows are shorter than their
@@ -185,9 +185,7 @@ impl Mapping {
 /// order they first appear.
 pub fn read(bytes: &[u8], m: &Mapping) -> Result<Vec<Statement>, ImportError> {
     m.check().map_err(|e| ImportError::at(0, e))?;
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(ImportError::at(0, format!("the file is larger than {} MiB", MAX_FILE_BYTES >> 20)));
-    }
+    super::check_size(bytes)?;
     let text = text::decode(bytes, Some(&m.charset));
     let date_format = DateFormat::parse(&m.date_format).map_err(|e| ImportError::at(0, e))?;
     let mut rows = Rows::new(&text, m.delimiter);
@@ -233,10 +231,7 @@ pub fn read(bytes: &[u8], m: &Mapping) -> Result<Vec<Statement>, ImportError> {
         let account = opt(&c.account).or_else(|| m.fixed_account.clone());
         let currency = opt(&c.currency).or_else(|| m.fixed_currency.clone());
         if count == MAX_LINES {
-            return Err(ImportError::at(
-                line,
-                format!("the file has more than {MAX_LINES} transaction lines"),
-            ));
+            return Err(super::too_many_lines(line));
         }
         count += 1;
         statements.of(account, currency).lines.push(Line {

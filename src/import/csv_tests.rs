@@ -439,6 +439,6 @@ fn more_than_max_lines_stops_at_the_first_line_too_many() {
 
 #[test]
 fn a_file_larger_than_the_limit_is_refused() {
-    let big = vec![b'a'; MAX_FILE_BYTES + 1];
+    let big = vec![b'a'; crate::import::MAX_FILE_BYTES + 1];
     assert_eq!(err(&big, &plain()).line, 0);
 }

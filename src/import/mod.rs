@@ -15,6 +15,19 @@ pub const MAX_FILE_BYTES: usize = 8 << 20;
 /// Most transaction lines in one file: what one import may apply in one atomic operation.
 pub const MAX_LINES: usize = 20_000;
 
+/// The size limit every reader checks before it reads anything.
+pub(crate) fn check_size(bytes: &[u8]) -> Result<(), ImportError> {
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(ImportError::at(0, format!("the file is larger than {} MiB", MAX_FILE_BYTES >> 20)));
+    }
+    Ok(())
+}
+
+/// The error of the first transaction line past [`MAX_LINES`] (a reader stops there).
+pub(crate) fn too_many_lines(line: usize) -> ImportError {
+    ImportError::at(line, format!("the file has more than {MAX_LINES} transaction lines"))
+}
+
 /// One transaction line as the bank wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
@@ -149,9 +162,7 @@ pub fn read(
     format: Format,
     mapping: Option<&csv::Mapping>,
 ) -> Result<Vec<Statement>, ImportError> {
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(ImportError::at(0, format!("the file is larger than {} MiB", MAX_FILE_BYTES >> 20)));
-    }
+    check_size(bytes)?;
     let statements = match format {
         Format::Ofx => ofx::read(bytes)?,
         Format::Camt053 => camt::read(bytes)?,
@@ -163,7 +174,7 @@ pub fn read(
     };
     let lines: usize = statements.iter().map(|s| s.lines.len()).sum();
     if lines > MAX_LINES {
-        return Err(ImportError::at(0, format!("the file has more than {MAX_LINES} transaction lines")));
+        return Err(too_many_lines(0));
     }
     Ok(statements)
 }

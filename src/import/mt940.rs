@@ -6,7 +6,7 @@
 //! with preamble lines before `:20:` (ING), messages ended by a line starting with `-`.
 
 use super::text::{self, shown};
-use super::{ImportError, Line, Statement, Statements, MAX_FILE_BYTES, MAX_LINES};
+use super::{ImportError, Line, Statement, Statements, MAX_LINES};
 
 /// Longest reference read in `:61:`. SWIFT allows 16 characters for each of the two; banks
 /// overrun that, and 35 (the longest reference SWIFT fields carry) still keeps an id an id.
@@ -26,9 +26,7 @@ const SLASH_KEYS: &[&str] = &[
 ];
 
 pub fn read(bytes: &[u8]) -> Result<Vec<Statement>, ImportError> {
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(ImportError::at(0, format!("the file is larger than {} MiB", MAX_FILE_BYTES >> 20)));
-    }
+    super::check_size(bytes)?;
     // SWIFT's character set is ASCII; banks' exports are UTF-8 or Latin-1/cp1252.
     let text = text::decode(bytes, None);
     let mut r = Reader::default();
@@ -126,10 +124,7 @@ impl Reader {
             "61" => {
                 settle(msg);
                 if self.count == MAX_LINES {
-                    return Err(ImportError::at(
-                        f.line,
-                        format!("the file has more than {MAX_LINES} transaction lines"),
-                    ));
+                    return Err(super::too_many_lines(f.line));
                 }
                 self.count += 1;
                 msg.lines.push(statement_line(&f)?);

@@ -10,7 +10,7 @@
 //! Lines count from 1; `\n`, `\r\n` and a lone `\r` each end one.
 
 use super::text;
-use super::{ImportError, Line, Statement, Statements, MAX_FILE_BYTES, MAX_LINES};
+use super::{ImportError, Line, Statement, Statements, MAX_LINES};
 use std::collections::HashSet;
 
 /// Deepest nesting of open aggregates: real OFX goes about 10 deep (investment transactions), so
@@ -26,9 +26,7 @@ const HEADER_BYTES: usize = 4096;
 /// Reads every bank and credit-card statement of an OFX or QFX file, one [`Statement`] per
 /// account and currency (statements of the same account are merged, in file order).
 pub fn read(bytes: &[u8]) -> Result<Vec<Statement>, ImportError> {
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(ImportError::at(0, format!("the file is larger than {} MiB", MAX_FILE_BYTES >> 20)));
-    }
+    super::check_size(bytes)?;
     let text = text::decode(bytes, declared_charset(bytes).as_deref());
     if let Some(at) = text.find('\0') {
         return Err(ImportError::at(line_at(&text, at), "binary data (a NUL byte), not an OFX file"));
@@ -456,10 +454,7 @@ impl<'a> Builder<'a> {
             }
             self.transactions += 1;
             if self.transactions > MAX_LINES {
-                return Err(ImportError::at(
-                    line,
-                    format!("the file has more than {MAX_LINES} transactions"),
-                ));
+                return Err(super::too_many_lines(line));
             }
             self.transaction = Some(TransactionSoFar { line, ..Default::default() });
             role = Role::Transaction;
