@@ -75,8 +75,14 @@ fn build(deposits: usize) -> Fixture {
     let channel = "bench".into();
     for i in 0..deposits {
         let date_secs = NOW - (i as i64 % 365) * 86_400;
-        let terms =
-            Posting { amount_cents: 1_234, by: &Origin::User, channel: &channel, txid: None, date_secs };
+        let terms = Posting {
+            amount_cents: 1_234,
+            by: &Origin::User,
+            channel: &channel,
+            txid: None,
+            date_secs,
+            note: None,
+        };
         ctx.deposit(leaves[i % leaves.len()], terms, Mode::External).expect("deposit");
     }
     let change = ctx.finish();

@@ -84,6 +84,7 @@ fn the_unique_key_refuses_a_second_deposit_id_whatever_the_cache_says() {
             amount_due_cents: 0,
             overall_balance_cents: 100,
             date_secs: common::T0,
+            note: None,
         };
         let change = Change {
             records: vec![(root, seq, rec)],

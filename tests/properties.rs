@@ -128,6 +128,7 @@ impl Model {
                         channel: &"ch".into(),
                         txid: None,
                         date_secs: now,
+                        note: None,
                     };
                     ctx.deposit(x, terms, Mode::External)?;
                 }
@@ -140,6 +141,7 @@ impl Model {
                             channel: &"ch".into(),
                             txid: None,
                             date_secs: now,
+                            note: None,
                         };
                         ctx.withdraw(x, terms)?;
                     }

@@ -199,6 +199,7 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
                 channel: &channel,
                 txid: Some(id),
                 date_secs: p.line.day * DAY_SECS,
+                note: None,
             };
             let action = if *dup {
                 Action::Duplicate

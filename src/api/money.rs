@@ -186,6 +186,7 @@ impl Posting {
             channel: &self.channel,
             txid: self.txn.as_ref(),
             date_secs: self.date,
+            note: None,
         }
     }
 }

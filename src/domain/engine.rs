@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use super::dates::{day_of, DAY_SECS};
+use super::docs::Doc;
+use super::note::Note;
 pub use super::origin::Origin;
 use super::text::Text;
 use super::tree::{Account, AccountId, DaySums, Kind, Ledger, Status, TrackRow, Tree};
@@ -21,6 +23,10 @@ pub struct TxRecord {
     pub amount_due_cents: i128,
     pub overall_balance_cents: i128,
     pub date_secs: i64,
+    /// Payee, memo and import id, for a record made from a statement line. Stored in a row of
+    /// its own beside the record (`Change::notes`), so a record's row is what it always was.
+    #[serde(skip)]
+    pub note: Option<Arc<Note>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,12 +58,14 @@ pub struct Posting<'a> {
     /// The client's or the split's id; `None` has the record generate one (10.2).
     pub txid: Option<&'a Text>,
     pub date_secs: i64,
+    /// Carried by the record of the account posted to, never by a split's records.
+    pub note: Option<&'a Arc<Note>>,
 }
 
 impl<'a> Posting<'a> {
     /// A posting the engine makes on its own (10.2): by `System`, generated id.
     pub fn system(amount_cents: i64, channel: &'a Text, date_secs: i64) -> Posting<'a> {
-        Posting { amount_cents, by: &Origin::System, channel, txid: None, date_secs }
+        Posting { amount_cents, by: &Origin::System, channel, txid: None, date_secs, note: None }
     }
 
     /// The same terms for another amount.
@@ -99,6 +107,8 @@ pub struct Ctx<'a> {
     track_days: Touched<(AccountId, i64)>,
     /// Accounts removed, with the length of their logs.
     removed: Vec<(AccountId, u64)>,
+    /// Settings written (`None`: removed), by key, last write last.
+    docs: Vec<(Text, Option<Arc<Doc>>)>,
 }
 
 /// Keys an operation touched, in any order and repeated (an account is touched by each of its
@@ -148,8 +158,13 @@ pub struct Change {
     pub track: Vec<(AccountId, i64, TrackRow)>,
     /// The lifetime ledger after the change (SPEC 13.2 item 10).
     pub ledger: Ledger,
-    /// Transaction ids newly present in the main account's log (the /deposit 409 index).
+    /// Transaction ids newly present in the main account's log (the /deposit 409 index), and
+    /// the import ids of records in any account (so a statement line is never applied twice).
     pub main_txids: Vec<Text>,
+    /// Notes of the new records that carry one: account, sequence number, note.
+    pub notes: Vec<(AccountId, u64, Arc<Note>)>,
+    /// Settings written, in their new state (`None`: removed).
+    pub docs: Vec<(Text, Option<Arc<Doc>>)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -162,7 +177,20 @@ impl<'a> Ctx<'a> {
             days: Touched::default(),
             track_days: Touched::default(),
             removed: Vec::new(),
+            docs: Vec::new(),
         }
+    }
+
+    /// Writes the setting under `key` (`None` removes it), in the tree and in the change.
+    pub fn set_doc(&mut self, key: Text, doc: Option<Doc>) {
+        let doc = doc.map(Arc::new);
+        let docs = Arc::make_mut(&mut self.tree.docs);
+        match &doc {
+            Some(d) => _ = docs.insert(key.clone(), d.clone()),
+            None => _ = docs.remove(key.as_str()),
+        }
+        self.docs.retain(|(k, _)| *k != key);
+        self.docs.push((key, doc));
     }
 
     /// Everything this mutation changed, read from the working tree.
@@ -175,9 +203,14 @@ impl<'a> Ctx<'a> {
         // A split's debit of main carries the credit's id: index each id once, in record order
         // (a set, as an import makes thousands of ids in one operation).
         let mut seen = std::collections::HashSet::new();
-        for (acc, _, rec) in &records {
-            if *acc == t.root && seen.insert(rec.id.as_str()) {
+        let mut notes = Vec::new();
+        for (acc, seq, rec) in &records {
+            let imported = rec.note.as_ref().is_some_and(|n| n.import_id.is_some());
+            if (*acc == t.root || imported) && seen.insert(rec.id.as_str()) {
                 main_txids.push(rec.id.clone());
+            }
+            if let Some(n) = &rec.note {
+                notes.push((*acc, *seq, n.clone()));
             }
         }
         Change {
@@ -198,6 +231,8 @@ impl<'a> Ctx<'a> {
                 .collect(),
             ledger: t.ledger.clone(),
             main_txids,
+            notes,
+            docs: self.docs,
         }
     }
 
@@ -249,7 +284,7 @@ impl<'a> Ctx<'a> {
 
     /// The ledger primitives CREDIT and DEBIT (10.1). Returns the id written.
     fn post(&mut self, x: AccountId, deposit: bool, p: Posting<'_>) -> Result<Text, OpError> {
-        let Posting { amount_cents: a, by, channel, txid, date_secs: date } = p;
+        let Posting { amount_cents: a, by, channel, txid, date_secs: date, note } = p;
         if a <= 0 {
             return Err(OpError::Internal);
         }
@@ -295,6 +330,7 @@ impl<'a> Ctx<'a> {
             amount_due_cents: acc.sub_due_cents,
             overall_balance_cents: acc.sub_balance_cents,
             date_secs: date,
+            note: note.cloned(),
         };
         self.records.push((x, seq, rec));
         Ok(id)
@@ -459,7 +495,7 @@ impl<'a> Ctx<'a> {
     /// periods (D15).
     fn split_debit(&mut self, p: AccountId, a: i64, by: &Origin, channel: &Text) -> Result<(), OpError> {
         let now = self.now_secs;
-        self.debit(p, Posting { amount_cents: a, by, channel, txid: None, date_secs: now })?;
+        self.debit(p, Posting { amount_cents: a, by, channel, txid: None, date_secs: now, note: None })?;
         if self.acc(p)?.kind == Kind::Grandchild {
             self.track(p)?;
         }
@@ -476,7 +512,7 @@ impl<'a> Ctx<'a> {
         let Some(&first) = e.first() else { return Ok(()) };
         let now = self.now_secs;
         let from = Text::from(format!("Allocation from {}", self.acc(p)?.name));
-        let credit = Posting { amount_cents: a, by, channel: &from, txid: id, date_secs: now };
+        let credit = Posting { amount_cents: a, by, channel: &from, txid: id, date_secs: now, note: None };
         if a < 10 {
             let to = Text::from(format!("Allocation to {}", self.acc(first)?.name));
             self.split_debit(p, a, by, &to)?;
@@ -641,10 +677,17 @@ mod tests {
             channel: &channel,
             txid: Some(&txid),
             date_secs: now - 5,
+            note: None,
         };
         ctx.deposit(1, terms, Mode::External).unwrap();
-        let w =
-            Posting { amount_cents: 100, by: &Origin::User, channel: &channel, txid: None, date_secs: now };
+        let w = Posting {
+            amount_cents: 100,
+            by: &Origin::User,
+            channel: &channel,
+            txid: None,
+            date_secs: now,
+            note: None,
+        };
         ctx.withdraw(2, w).unwrap();
         let change = ctx.finish();
         let recs: Vec<_> = change.records.iter().map(|(a, _, r)| (*a, r)).collect();

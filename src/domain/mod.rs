@@ -2,8 +2,10 @@
 
 pub mod dates;
 pub mod days;
+pub mod docs;
 pub mod engine;
 pub mod frac;
+pub mod note;
 pub mod num;
 pub mod origin;
 pub mod status;

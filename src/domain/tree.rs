@@ -145,6 +145,8 @@ pub struct Tree {
     /// The key of the main account's generated ids, when the engine gives one (see
     /// [`super::txid`]); without it generated ids are random.
     pub id_key: Option<super::txid::IdKey>,
+    /// The user's settings (import rules, saved CSV mappings), shared until one is written.
+    pub docs: Arc<super::docs::Docs>,
 }
 
 /// `acc` + lowercase hyphenated uuid.
@@ -176,6 +178,7 @@ impl Tree {
             accounts: [(root, Arc::new(main))].into_iter().collect(),
             ledger: Ledger { initial_balance_cents, deposits_cents: 0, withdrawals_cents: 0 },
             id_key: None,
+            docs: Default::default(),
         }
     }
 

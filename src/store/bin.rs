@@ -367,6 +367,7 @@ mod tests {
                 amount_due_cents: n[4],
                 overall_balance_cents: n[5],
                 date_secs: n[6] as i64,
+                note: None,
             };
             same(&r)?;
             same(&DaySums { dep_user_cents: n[0], wd_user_cents: n[1], dep_all_cents: n[2], dep_alloc_cents: n[3] })?;

@@ -249,13 +249,17 @@ pub const TRACK: u8 = b'k';
 pub const CHANGE: u8 = b'c';
 /// Kept idempotency keys, by (user, key).
 pub const IDEM: u8 = b'i';
+/// Notes of log records (payee, memo, import id), by (user, account, sequence number).
+pub const NOTE: u8 = b'n';
+/// A user's settings (import rules, saved CSV mappings), by (user, key).
+pub const DOC: u8 = b's';
 /// Engine metadata: format version, and the last journal record applied.
 pub const META_FORMAT: &[u8] = b"m:format";
 pub const META_APPLIED: &[u8] = b"m:applied";
 /// The secret under which generated transaction ids are derived (`domain::txid`), made once.
 pub const META_ID_SECRET: &[u8] = b"m:idsecret";
 /// Every per-user tag, for deleting a whole user.
-pub const USER_TAGS: [u8; 7] = [ACCOUNT, LOG, MAIN_TXID, DAY, TRACK, CHANGE, IDEM];
+pub const USER_TAGS: [u8; 9] = [ACCOUNT, LOG, MAIN_TXID, DAY, TRACK, CHANGE, IDEM, NOTE, DOC];
 
 /// A row key: inline when it fits (every account, log, day, tracker and change key does), so
 /// building one allocates nothing; the applier builds about ten per write.
@@ -414,6 +418,16 @@ pub fn txid_key(user_no: u64, id: &str) -> Key {
 
 pub fn change_key(user_no: u64, knowledge: u64) -> Key {
     fixed(CHANGE, user_no, None, Some(knowledge))
+}
+
+pub fn note_key(user_no: u64, acc: u128, seq: u64) -> Key {
+    fixed(NOTE, user_no, Some(acc), Some(seq))
+}
+
+pub fn doc_key(user_no: u64, key: &str) -> Key {
+    let mut k = user_prefix(DOC, user_no);
+    k.extend_from_slice(key.as_bytes());
+    k
 }
 
 pub fn idem_key(user_no: u64, key: &str) -> Key {

@@ -66,6 +66,8 @@ impl Whole {
             && a.days == b.days
             && a.track == b.track
             && a.main_txids == b.main_txids
+            && a.notes == b.notes
+            && a.docs == b.docs
             && a.ledger == b.ledger
     }
 }
@@ -80,8 +82,11 @@ async fn read_whole(store: &dyn Store, user_id: &str) -> Result<Option<Whole>, S
     for a in &accounts {
         for (seq, rec) in store.read_log(record.user_no, a.uuid, 0, a.log_len).await?.into_iter().enumerate()
         {
-            if a.uuid == tree.root {
+            if a.uuid == tree.root || rec.note.as_ref().is_some_and(|n| n.import_id.is_some()) {
                 change.main_txids.push(rec.id.clone());
+            }
+            if let Some(n) = &rec.note {
+                change.notes.push((a.uuid, seq as u64, n.clone()));
             }
             change.records.push((a.uuid, seq as u64, rec));
         }
@@ -94,6 +99,7 @@ async fn read_whole(store: &dyn Store, user_id: &str) -> Result<Option<Whole>, S
     change.main_txids.sort();
     change.main_txids.dedup();
     change.accounts = accounts;
+    change.docs = tree.docs.iter().map(|(k, d)| (k.clone(), Some(d.clone()))).collect();
     Ok(Some(Whole { record, change }))
 }
 

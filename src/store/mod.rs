@@ -315,6 +315,8 @@ impl Op {
                     + c.days.len()
                     + c.track.len()
                     + c.main_txids.len()
+                    + c.notes.len()
+                    + c.docs.len()
                     + c.removed.len()
             }
             Op::DeleteUser { .. } => 1,
@@ -445,6 +447,7 @@ mod tests {
             amount_due_cents: 0,
             overall_balance_cents: 1,
             date_secs: 0,
+            note: None,
         }
     }
 

@@ -391,7 +391,22 @@ pub fn read_log(
     from: u64,
     to: u64,
 ) -> Result<Vec<TxRecord>, StoreError> {
-    read_runs(r, &codec::account_prefix(codec::LOG, user_no, acc), from, to, usize::MAX)
+    let mut recs: Vec<TxRecord> =
+        read_runs(r, &codec::account_prefix(codec::LOG, user_no, acc), from, to, usize::MAX)?;
+    if from < to {
+        let (lo, hi) = (codec::note_key(user_no, acc, from), codec::note_key(user_no, acc, to));
+        for (k, v) in r.range_rows(&lo, Some(&hi), false, usize::MAX)? {
+            let seq = k
+                .get(25..33)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(|| StoreError::Corrupt(format!("bad note key {k:?}")))?;
+            if let Some(rec) = seq.checked_sub(from).and_then(|i| recs.get_mut(i as usize)) {
+                rec.note = Some(Arc::new(decode(&v)?));
+            }
+        }
+    }
+    Ok(recs)
 }
 
 /// Entries `from..to` (at most `max`) of rows keyed by `prefix` + sequence number, single rows
@@ -510,11 +525,19 @@ pub fn load_user(r: &dyn Rows, user_id: &str) -> Result<Option<(UserRecord, Tree
             a.track.insert(day, row);
         }
     }
+    let mut docs = crate::domain::docs::Docs::new();
+    let prefix = codec::user_prefix(codec::DOC, no);
+    for (k, v) in r.prefix_rows(&prefix)? {
+        let key = std::str::from_utf8(&k[prefix.len()..])
+            .map_err(|_| StoreError::Corrupt(format!("bad setting key {k:?}")))?;
+        docs.insert(key.into(), Arc::new(decode(&v)?));
+    }
     let tree = Tree {
         root: user.root,
         accounts: accounts.into_iter().map(|(id, a)| (id, Arc::new(a))).collect(),
         ledger: user.ledger.clone(),
         id_key: None,
+        docs: Arc::new(docs),
     };
     Ok(Some((user, tree)))
 }
@@ -663,8 +686,14 @@ fn rows_from(
             remove_listed(
                 r,
                 out,
-                [codec::LOG, codec::DAY, codec::TRACK].map(|t| codec::account_prefix(t, no, id)),
+                [codec::LOG, codec::NOTE, codec::DAY, codec::TRACK].map(|t| codec::account_prefix(t, no, id)),
             )
+        }
+        RowWrite::Note { acc, seq, note } => put(out, codec::note_key(no, acc, seq), note),
+        RowWrite::Doc { key, doc: Some(doc) } => put(out, codec::doc_key(no, key), doc),
+        RowWrite::Doc { key, doc: None } => {
+            out.push((codec::doc_key(no, key), None));
+            Ok(())
         }
         RowWrite::Change(row) => src.put(out, codec::change_key(no, row.knowledge), row, |s| s.sync.as_ref()),
         RowWrite::IdemRemove(k) => {
@@ -729,6 +758,7 @@ mod tests {
             amount_due_cents: 0,
             overall_balance_cents: 0,
             date_secs: 0,
+            note: None,
         }
     }
 

@@ -903,6 +903,7 @@ mod tests {
                 channel: &"c".into(),
                 txid: None,
                 date_secs: 0,
+                note: None,
             };
             ctx.deposit(11, terms, Mode::External).unwrap();
             let change = ctx.finish();

@@ -4,7 +4,9 @@
 //! the main-account record carrying it gets no index row (`domain::txid`), and the id of a
 //! deposit into the main account is marked as one that must be new (SPEC D28).
 
+use crate::domain::docs::Doc;
 use crate::domain::engine::{Change, TxRecord};
+use crate::domain::note::Note;
 use crate::domain::tree::{Account, AccountId, DaySums, TrackRow};
 use crate::domain::txid::IdKey;
 
@@ -47,7 +49,18 @@ pub enum RowWrite<'a> {
         day: i64,
         row: &'a TrackRow,
     },
-    /// An account removed: its row and every log, day and tracker row of it.
+    /// The note of a new record (payee, memo, import id).
+    Note {
+        acc: AccountId,
+        seq: u64,
+        note: &'a Note,
+    },
+    /// A setting written (`None`: removed).
+    Doc {
+        key: &'a str,
+        doc: Option<&'a Doc>,
+    },
+    /// An account removed: its row and every log, note, day and tracker row of it.
     RemoveAccount(AccountId),
     /// The delta-sync row of the change.
     Change(&'a SyncRow),
@@ -89,6 +102,12 @@ pub fn row_writes<'a>(
     }
     for (i, (acc, day, row)) in change.track.iter().enumerate() {
         f(RowWrite::Track { i, acc: *acc, day: *day, row })?;
+    }
+    for (acc, seq, note) in &change.notes {
+        f(RowWrite::Note { acc: *acc, seq: *seq, note })?;
+    }
+    for (key, doc) in &change.docs {
+        f(RowWrite::Doc { key, doc: doc.as_deref() })?;
     }
     for (acc, _) in &change.removed {
         f(RowWrite::RemoveAccount(*acc))?;
@@ -147,6 +166,7 @@ mod tests {
             amount_due_cents: 0,
             overall_balance_cents: 1,
             date_secs: 0,
+            note: None,
         }
     }
 

@@ -19,23 +19,81 @@ pub(super) const END: u8 = 0xA5;
 /// Disks land writes in whole sectors: a torn append's lost part starts at a multiple of this.
 pub(super) const SECTOR: usize = 512;
 pub(super) const HEADER: usize = 24;
-/// Format of a journal payload (the version byte that starts it). Format 1 records (before
-/// delta sync and idempotency keys) are still read, as [`OpV1`].
-pub(super) const PAYLOAD_FORMAT: u8 = 2;
+/// Format of a journal payload (the version byte that starts it). Records of format 1 (before
+/// delta sync and idempotency keys) and 2 (before record notes and settings) are still read.
+pub(super) const PAYLOAD_FORMAT: u8 = 3;
+pub(super) const PAYLOAD_FORMAT_V2: u8 = 2;
 pub(super) const PAYLOAD_FORMAT_V1: u8 = 1;
+
+/// A change as payload formats 1 and 2 wrote it: without notes and settings.
+#[derive(serde::Deserialize)]
+pub(super) struct ChangeV2 {
+    accounts: Vec<Arc<crate::domain::tree::Account>>,
+    removed: Vec<(AccountId, u64)>,
+    records: Vec<(AccountId, u64, crate::domain::engine::TxRecord)>,
+    days: Vec<(AccountId, i64, crate::domain::days::DaySums)>,
+    track: Vec<(AccountId, i64, crate::domain::days::TrackRow)>,
+    ledger: crate::domain::tree::Ledger,
+    main_txids: Vec<crate::domain::text::Text>,
+}
+
+impl From<ChangeV2> for crate::domain::engine::Change {
+    fn from(c: ChangeV2) -> Self {
+        let ChangeV2 { accounts, removed, records, days, track, ledger, main_txids } = c;
+        Self {
+            accounts,
+            removed,
+            records,
+            days,
+            track,
+            ledger,
+            main_txids,
+            notes: Vec::new(),
+            docs: Vec::new(),
+        }
+    }
+}
 
 /// An operation as journal payload format 1 wrote it.
 #[derive(serde::Deserialize)]
 pub(super) enum OpV1 {
-    Commit { user: UserRecord, change: crate::domain::engine::Change },
+    Commit { user: UserRecord, change: ChangeV2 },
     DeleteUser { user: UserRecord },
 }
 
 impl From<OpV1> for Op {
     fn from(op: OpV1) -> Op {
         match op {
-            OpV1::Commit { user, change } => Op::Commit { user, change, sync: None, idem: None },
+            OpV1::Commit { user, change } => {
+                Op::Commit { user, change: change.into(), sync: None, idem: None }
+            }
             OpV1::DeleteUser { user } => Op::DeleteUser { user },
+        }
+    }
+}
+
+/// An operation as journal payload format 2 wrote it.
+#[allow(clippy::large_enum_variant)] // read once per old record, then converted
+#[derive(serde::Deserialize)]
+pub(super) enum OpV2 {
+    Commit {
+        user: UserRecord,
+        change: ChangeV2,
+        sync: Option<SyncRow>,
+        idem: Option<crate::store::IdemWrite>,
+    },
+    DeleteUser {
+        user: UserRecord,
+    },
+}
+
+impl From<OpV2> for Op {
+    fn from(op: OpV2) -> Op {
+        match op {
+            OpV2::Commit { user, change, sync, idem } => {
+                Op::Commit { user, change: change.into(), sync, idem }
+            }
+            OpV2::DeleteUser { user } => Op::DeleteUser { user },
         }
     }
 }
@@ -53,7 +111,7 @@ pub(super) fn encode_frame_body(op: &Op) -> Result<(Vec<u8>, Option<ValueSpans>)
     f.resize(HEADER, 0);
     f.push(PAYLOAD_FORMAT);
     let spans = match op {
-        Op::Commit { user, change, sync, idem } => Some(encode_commit(&mut f, user, change, sync, idem)),
+        Op::Commit { user, change, sync, idem } => Some(encode_commit(&mut f, user, change, sync, idem)?),
         Op::DeleteUser { .. } => {
             enc(op, &mut f)?;
             None
@@ -90,7 +148,7 @@ pub(super) fn encode_commit(
     c: &crate::domain::engine::Change,
     sync: &Option<SyncRow>,
     idem: &Option<crate::store::IdemWrite>,
-) -> ValueSpans {
+) -> Result<ValueSpans, StoreError> {
     let mut s = ValueSpans {
         rows: Vec::with_capacity(c.accounts.len() + c.records.len() + c.days.len() + c.track.len()),
         ..ValueSpans::default()
@@ -108,6 +166,9 @@ pub(super) fn encode_commit(
     enc_rows(&c.track, f, &mut s.rows);
     c.ledger.put(f);
     c.main_txids.put(f);
+    // Rare (imports and settings): through serde.
+    enc(&c.notes, f)?;
+    enc(&c.docs, f)?;
     s.sync = put_option(sync, f);
     match idem {
         None => 0u8.put(f),
@@ -117,7 +178,7 @@ pub(super) fn encode_commit(
             w.remove.put(f);
         }
     }
-    s
+    Ok(s)
 }
 
 /// Appends `v` as bincode writes it (see [`Bin`]); returns where it lies.
@@ -346,6 +407,11 @@ pub(super) fn decode_payload(path: &Path, seq: u64, p: &[u8]) -> Result<Op, Stor
         Some((&PAYLOAD_FORMAT, body)) => bincode::serde::decode_from_slice(body, bincode::config::standard())
             .map(|(op, _)| op)
             .map_err(corrupt),
+        Some((&PAYLOAD_FORMAT_V2, body)) => {
+            bincode::serde::decode_from_slice::<OpV2, _>(body, bincode::config::standard())
+                .map(|(op, _)| op.into())
+                .map_err(corrupt)
+        }
         Some((&PAYLOAD_FORMAT_V1, body)) => {
             bincode::serde::decode_from_slice::<OpV1, _>(body, bincode::config::standard())
                 .map(|(op, _)| op.into())
@@ -391,7 +457,7 @@ mod tests {
     }
 
     #[test]
-    fn format_1_payloads_still_read_as_commits_without_sync_or_keys() {
+    fn format_1_and_2_payloads_still_read_as_commits_without_what_they_lacked() {
         let user = match op(4) {
             Op::DeleteUser { user } => user,
             Op::Commit { .. } => unreachable!(),
@@ -399,8 +465,15 @@ mod tests {
         let commit = Op::Commit { user, change: Default::default(), sync: None, idem: None };
         let mut p = vec![PAYLOAD_FORMAT];
         bincode::serde::encode_into_std_write(&commit, &mut p, bincode::config::standard()).unwrap();
-        // Format 1 had no `sync` and `idem` fields: the same bytes without their two `None`s.
-        let mut v1 = p[..p.len() - 2].to_vec();
+        // Format 2 had no notes and settings: the same bytes without their two empty lists
+        // (one byte each), which end the change.
+        let mut v2 = p[..p.len() - 4].to_vec();
+        v2.extend_from_slice(&p[p.len() - 2..]);
+        v2[0] = PAYLOAD_FORMAT_V2;
+        assert!(matches!(decode_payload(Path::new("x"), 1, &v2).unwrap(),
+            Op::Commit { user, sync: None, idem: None, .. } if user.user_no == 4));
+        // Format 1 had no `sync` and `idem` fields either: without their two `None`s.
+        let mut v1 = v2[..v2.len() - 2].to_vec();
         v1[0] = PAYLOAD_FORMAT_V1;
         assert!(matches!(decode_payload(Path::new("x"), 1, &v1).unwrap(),
             Op::Commit { user, sync: None, idem: None, .. } if user.user_no == 4));

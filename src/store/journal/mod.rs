@@ -635,6 +635,7 @@ mod tests {
             amount_due_cents: wide(i + 2),
             overall_balance_cents: -wide(i + 3),
             date_secs: at(i + 4),
+            note: None,
         };
         let change = crate::domain::engine::Change {
             accounts,
@@ -656,6 +657,24 @@ mod tests {
                 .collect(),
             ledger: Default::default(),
             main_txids: vec!["a".into(), format!("{}", at(3)).into()],
+            notes: (0..(shape & 1) as usize)
+                .map(|i| {
+                    let n = crate::domain::note::Note {
+                        payee: Some(format!("p{}", at(i)).into()),
+                        memo: None,
+                        import_id: Some("imp:x".into()),
+                    };
+                    (5, at(i) as u64, Arc::new(n))
+                })
+                .collect(),
+            docs: if shape & 2 != 0 {
+                vec![
+                    ("csv:bank".into(), Some(Arc::new(crate::domain::docs::Doc::CsvMapping("{}".into())))),
+                    ("rules".into(), None),
+                ]
+            } else {
+                Vec::new()
+            },
         };
         let user = UserRecord {
             user_id: format!("user{}", at(0)).into(),

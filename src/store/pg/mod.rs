@@ -315,7 +315,8 @@ impl Store for PgStore {
             let c = self.conn().await?;
             let st = c
                 .prepare_cached(
-                    "SELECT body FROM log_records WHERE user_no = $1 AND account = $2 AND seq >= $3 AND seq < $4 ORDER BY seq",
+                    "SELECT r.body, n.body FROM log_records r LEFT JOIN log_notes n USING (user_no, account, seq) \
+                     WHERE r.user_no = $1 AND r.account = $2 AND r.seq >= $3 AND r.seq < $4 ORDER BY r.seq",
                 )
                 .await
                 .map_err(pg_err)?;
@@ -323,7 +324,15 @@ impl Store for PgStore {
                 .query(&st, &[&signed(user_no)?, &uid(acc), &signed(from)?, &signed(to)?])
                 .await
                 .map_err(pg_err)?;
-            rows.iter().map(|r| decode_compat(&col::<Vec<u8>>(r, 0)?)).collect()
+            rows.iter()
+                .map(|r| {
+                    let mut rec: TxRecord = decode_compat(&col::<Vec<u8>>(r, 0)?)?;
+                    if let Some(n) = col::<Option<Vec<u8>>>(r, 1)? {
+                        rec.note = Some(Arc::new(decode(&n)?));
+                    }
+                    Ok(rec)
+                })
+                .collect()
         })
     }
 

@@ -51,11 +51,18 @@ pub(super) async fn load(c: &ClientWrapper, user_id: &str) -> Result<Option<Load
             a.track.insert(col(&row, 1)?, r);
         }
     }
+    let st =
+        c.prepare_cached("SELECT key, body FROM user_settings WHERE user_no = $1").await.map_err(pg_err)?;
+    let mut docs = crate::domain::docs::Docs::new();
+    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+        docs.insert(col::<String>(&row, 0)?.into(), Arc::new(decode(&col::<Vec<u8>>(&row, 1)?)?));
+    }
     let tree = Tree {
         root: user.root,
         accounts: accounts.into_iter().map(|(id, a)| (id, Arc::new(a))).collect(),
         ledger: user.ledger.clone(),
         id_key: None,
+        docs: Arc::new(docs),
     };
     Ok(Some((user, tree, version)))
 }

@@ -37,6 +37,7 @@ struct Tables<'a> {
     account_ids: Vec<Uuid>,
     account_bodies: Vec<Vec<u8>>,
     records: Keyed,
+    notes: Keyed,
     days: Keyed,
     track: Keyed,
     /// Ids that must be new (a deposit's into the main account), and ids that may repeat.
@@ -45,6 +46,8 @@ struct Tables<'a> {
     change: Option<&'a SyncRow>,
     idem_removed: Vec<&'a str>,
     idem_put: Option<&'a IdemRecord>,
+    docs_put: Vec<(&'a str, Vec<u8>)>,
+    docs_removed: Vec<&'a str>,
 }
 
 impl<'a> Tables<'a> {
@@ -63,6 +66,9 @@ impl<'a> Tables<'a> {
                 RowWrite::Txid { id, new: false } => _ = t.txids.insert(id),
                 RowWrite::Day { acc, day, sums, .. } => t.days.push(acc, day, encode(sums)?),
                 RowWrite::Track { acc, day, row, .. } => t.track.push(acc, day, encode(row)?),
+                RowWrite::Note { acc, seq, note } => t.notes.push(acc, signed(seq)?, encode(note)?),
+                RowWrite::Doc { key, doc: Some(doc) } => t.docs_put.push((key, encode(doc)?)),
+                RowWrite::Doc { key, doc: None } => t.docs_removed.push(key),
                 RowWrite::RemoveAccount(acc) => t.removed.push(uid(acc)),
                 RowWrite::Change(row) => t.change = Some(row),
                 RowWrite::IdemRemove(k) => t.idem_removed.push(k),
@@ -128,6 +134,24 @@ pub(super) async fn apply(c: &ClientWrapper, op: &Op) -> Result<u64, StoreError>
             .map_err(pg_err)?;
         c.execute(&st, &[&no, &r.key, &encode(r)?]).await.map_err(pg_err)?;
     }
+    if !t.docs_removed.is_empty() {
+        let st = c
+            .prepare_cached("DELETE FROM user_settings WHERE user_no = $1 AND key = ANY($2)")
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &t.docs_removed]).await.map_err(pg_err)?;
+    }
+    if !t.docs_put.is_empty() {
+        let (keys, bodies): (Vec<&str>, Vec<Vec<u8>>) = t.docs_put.iter().cloned().unzip();
+        let st = c
+            .prepare_cached(
+                "INSERT INTO user_settings (user_no, key, body) SELECT $1, k, b FROM unnest($2::text[], $3::bytea[]) AS t(k, b) \
+                 ON CONFLICT (user_no, key) DO UPDATE SET body = EXCLUDED.body",
+            )
+            .await
+            .map_err(pg_err)?;
+        c.execute(&st, &[&no, &keys, &bodies]).await.map_err(pg_err)?;
+    }
     Ok(version)
 }
 
@@ -135,6 +159,8 @@ async fn delete_user(c: &ClientWrapper, no: i64) -> Result<(), StoreError> {
     for table in [
         "accounts",
         "log_records",
+        "log_notes",
+        "user_settings",
         "day_rows",
         "tracker_rows",
         "main_txids",
@@ -152,7 +178,7 @@ async fn delete_user(c: &ClientWrapper, no: i64) -> Result<(), StoreError> {
 /// The tree's rows and the transaction-id index.
 async fn tree_rows(c: &ClientWrapper, no: i64, t: &Tables<'_>) -> Result<(), StoreError> {
     if !t.removed.is_empty() {
-        for table in ["accounts", "log_records", "day_rows", "tracker_rows"] {
+        for table in ["accounts", "log_records", "log_notes", "day_rows", "tracker_rows"] {
             let st = c
                 .prepare_cached(&format!("DELETE FROM {table} WHERE user_no = $1 AND account = ANY($2)"))
                 .await
@@ -170,9 +196,12 @@ async fn tree_rows(c: &ClientWrapper, no: i64, t: &Tables<'_>) -> Result<(), Sto
             .map_err(pg_err)?;
         c.execute(&st, &[&no, &t.account_ids, &t.account_bodies]).await.map_err(pg_err)?;
     }
-    for (table, column, rows) in
-        [("log_records", "seq", &t.records), ("day_rows", "day", &t.days), ("tracker_rows", "day", &t.track)]
-    {
+    for (table, column, rows) in [
+        ("log_records", "seq", &t.records),
+        ("log_notes", "seq", &t.notes),
+        ("day_rows", "day", &t.days),
+        ("tracker_rows", "day", &t.track),
+    ] {
         if rows.accounts.is_empty() {
             continue;
         }
