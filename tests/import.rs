@@ -131,17 +131,319 @@ fn hostile_files_are_a_400_naming_the_line_and_change_nothing() {
 }
 
 #[test]
-fn a_file_over_the_limit_is_a_413_and_a_child_cannot_be_committed_to() {
+fn a_file_over_the_limit_is_a_413_and_an_unknown_account_a_404() {
     let s = Srv::start();
-    let (tok, main) = s.user("imp_limits", "0");
+    let (tok, _) = s.user("imp_limits", "0");
     let big = vec![b' '; pfm::import::MAX_FILE_BYTES + 1];
     let r = import(&s, &tok, "", &big);
     assert_eq!(r.status, 413, "{}", r.text);
-    let child = s.child(&tok, &main, "Bills", json!({"allocation": 0.5}));
-    let r = import(&s, &tok, &format!("uuid={child}&commit=true"), OFX.as_bytes());
-    r.fails(400, "Only the main account can be committed to");
     let r = import(&s, &tok, "uuid=nope", OFX.as_bytes());
     r.fails(404, "Account not found");
+}
+
+fn transactions(s: &Srv, tok: &str, uuid: &str) -> Vec<serde_json::Value> {
+    let t = s.get(tok, "/get_transactions", &format!("uuid={uuid}"));
+    t.ok();
+    t.json["transactions"].as_array().expect("transactions").clone()
+}
+
+/// A statement imported into an envelope (a card account's own envelope) lands there, and its
+/// records carry payee, memo and import id; records made any other way read as before.
+#[test]
+fn an_import_into_an_envelope_applies_there_and_its_records_carry_payee_memo_and_import_id() {
+    let s = Srv::start();
+    let (tok, main) = s.user("imp_child", "0");
+    let card = s.child(&tok, &main, "Card", json!({"allocation": 1}));
+    s.post(&tok, "/deposit", json!({"uuid": main, "amount": 20, "channel": "cash"})).ok();
+    let r = import(&s, &tok, &format!("uuid={card}&commit=true"), OFX.as_bytes());
+    r.ok();
+    assert_eq!(r.json["uuid"], card.as_str());
+    let lines = r.json["lines"].as_array().unwrap();
+    assert_eq!(
+        lines.iter().map(|l| l["action"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["deposit", "withdraw", "withdraw"]
+    );
+    assert!(
+        lines.iter().all(|l| l["envelope"] == card.as_str() && l["envelope_name"] == "Card"),
+        "{}",
+        r.text
+    );
+    assert_eq!(s.balance(&tok, &card), "1464.81");
+    let recs = transactions(&s, &tok, &card);
+    let imported: Vec<_> = recs.iter().filter(|t| t.get("ImportID").is_some()).collect();
+    assert_eq!(imported.len(), 3, "{recs:?}");
+    assert_eq!(imported[0]["Payee"], "ACME PAYROLL");
+    assert_eq!(imported[0]["Memo"], "January");
+    assert_eq!(imported[0]["ImportID"], "imp:000111222:A1");
+    assert_eq!(imported[0]["TransactionID"], "imp:000111222:A1");
+    assert_eq!(imported[0]["Date"], "2025-01-05 00:00:00");
+    assert_eq!(imported[1]["Payee"], "GROCER");
+    assert_eq!(imported[1]["Memo"], serde_json::Value::Null);
+    // The deposit made by hand (and main's records) carry no new field.
+    let by_hand = recs.iter().find(|t| t.get("ImportID").is_none()).expect("the split of the deposit");
+    assert!(by_hand.get("Payee").is_none() && by_hand.get("Memo").is_none(), "{by_hand}");
+    assert!(transactions(&s, &tok, &main).iter().all(|t| t.get("Payee").is_none()));
+    // Not twice, into this account or any other, after a restart too; the notes survive it.
+    let mut s = s;
+    s.restart();
+    let again = import(&s, &tok, "commit=true", OFX.as_bytes());
+    assert_eq!(again.json["summary"]["duplicate"], json!(3), "{}", again.text);
+    assert_eq!(transactions(&s, &tok, &card)[1]["Payee"], "ACME PAYROLL");
+    assert_eq!(s.balance(&tok, &card), "1464.81");
+}
+
+fn rule(s: &Srv, tok: &str, body: serde_json::Value) -> common::Resp {
+    s.post(tok, "/add_import_rule", body)
+}
+
+/// Rules choose each line's envelope (first match wins), the preview names the rule, a line
+/// the client assigns goes where it says, and what nothing chooses waits for a person.
+#[test]
+fn rules_and_the_clients_choices_pick_each_lines_envelope() {
+    let s = Srv::start();
+    let (tok, main) = s.user("imp_rules", "0");
+    let food = s.child(&tok, &main, "Food", json!({"allocation": 0.5}));
+    let fun = s.child(&tok, &main, "Fun", json!({"allocation": 0.5}));
+    let r1 =
+        rule(&s, &tok, json!({"envelope": food, "field": "payee", "match": "contains", "value": "grocer"}));
+    r1.ok();
+    let food_rule = r1.json["rule"]["id"].as_i64().unwrap();
+    // A second rule that would also match the groceries: the first one wins.
+    rule(&s, &tok, json!({"envelope": fun, "value": "GROCER", "match": "equals"})).ok();
+    let r = import(&s, &tok, "", OFX.as_bytes());
+    r.ok();
+    let lines = r.json["lines"].as_array().unwrap();
+    assert_eq!(lines[0]["action"], "deposit");
+    assert_eq!(lines[0]["envelope"], main.as_str());
+    assert!(lines[0].get("rule").is_none());
+    assert_eq!(lines[1]["action"], "withdraw");
+    assert_eq!(lines[1]["envelope"], food.as_str());
+    assert_eq!(lines[1]["rule"], json!(food_rule));
+    assert_eq!(lines[2]["action"], "needs_attention");
+    assert!(lines[2]["reason"].as_str().unwrap().starts_with("no envelope chosen"), "{}", r.text);
+    // The person chooses Fun for the streaming line and commits.
+    let line = lines[2]["line"].as_i64().unwrap();
+    let choice = pct(&json!({ line.to_string(): fun }).to_string());
+    let r = import(&s, &tok, &format!("commit=true&envelopes={choice}"), OFX.as_bytes());
+    r.ok();
+    let lines = r.json["lines"].as_array().unwrap();
+    assert_eq!(lines[2]["action"], "withdraw");
+    assert_eq!(lines[2]["envelope"], fun.as_str());
+    assert_eq!(r.json["summary"]["withdraw"], json!(2));
+    // 1500 split in halves, then each envelope pays its own line; nothing created or lost.
+    assert_eq!(s.balance(&tok, &food), "704.8");
+    assert_eq!(s.balance(&tok, &fun), "740.01");
+    let total = s.get(&tok, "/compute_total_balance", &format!("uuid={main}"));
+    assert_eq!(total.json["total_balance"], json!(1444.81), "{}", total.text);
+    // A choice naming no line of the file, or no account, is refused and changes nothing.
+    let bad = pct(&json!({"999": fun}).to_string());
+    let r = import(&s, &tok, &format!("commit=true&envelopes={bad}"), OFX.replace("<FITID>A", "<FITID>Z").as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.err().contains("line 999"), "{}", r.text);
+    let bad = pct(&json!({ line.to_string(): "accnope" }).to_string());
+    let r = import(&s, &tok, &format!("commit=true&envelopes={bad}"), OFX.replace("<FITID>A", "<FITID>Z").as_bytes());
+    assert!(r.status == 400 && r.err().contains("not found"), "{}", r.text);
+    let r = import(&s, &tok, "envelopes=%5B1%5D", OFX.as_bytes());
+    assert!(r.status == 400 && r.err().starts_with("Invalid envelopes"), "{}", r.text);
+    assert_eq!(s.balance(&tok, &fun), "740.01");
+}
+
+#[test]
+fn rules_are_listed_changed_reordered_deleted_and_kept_across_restarts() {
+    let s = Srv::start();
+    let (tok, main) = s.user("imp_rule_crud", "0");
+    let food = s.child(&tok, &main, "Food", json!({"allocation": 1}));
+    let list = |s: &Srv| s.get(&tok, "/import_rules", "").json["rules"].as_array().unwrap().clone();
+    assert!(list(&s).is_empty());
+    let a = rule(&s, &tok, json!({"envelope": food, "value": "grocer"})).json["rule"]["id"].as_i64().unwrap();
+    let b =
+        rule(&s, &tok, json!({"envelope": food, "min_amount": 100, "max_amount": 200, "applies_to": "both"}));
+    b.ok();
+    assert_eq!(b.json["rule"]["field"], serde_json::Value::Null);
+    assert_eq!(b.json["rule"]["min_amount"], json!(100));
+    let b = b.json["rule"]["id"].as_i64().unwrap();
+    let c = rule(
+        &s,
+        &tok,
+        json!({"envelope": food, "value": "rent", "field": "memo", "match": "starts_with", "position": 1}),
+    );
+    let c = c.json["rule"]["id"].as_i64().unwrap();
+    let ids = |v: &[serde_json::Value]| v.iter().map(|r| r["id"].as_i64().unwrap()).collect::<Vec<_>>();
+    assert_eq!(ids(&list(&s)), [c, a, b]);
+    let first = &list(&s)[0];
+    assert_eq!(
+        (first["field"].as_str(), first["match"].as_str(), first["value"].as_str()),
+        (Some("memo"), Some("starts_with"), Some("rent"))
+    );
+    assert_eq!(first["envelope_name"], "Food");
+    // Change: the parameters sent replace the rule's, the others stay.
+    let u =
+        s.post(&tok, "/update_import_rule", json!({"id": a, "match": "equals", "applies_to": "deposits"}));
+    u.ok();
+    assert_eq!(
+        (u.json["rule"]["value"].as_str(), u.json["rule"]["match"].as_str()),
+        (Some("grocer"), Some("equals"))
+    );
+    assert_eq!(u.json["rule"]["applies_to"], "deposits");
+    let u = s.post(&tok, "/update_import_rule", json!({"id": b, "clear": "max_amount", "position": 1}));
+    assert_eq!(u.json["rule"]["max_amount"], serde_json::Value::Null, "{}", u.text);
+    assert_eq!(ids(&list(&s)), [b, c, a]);
+    s.post(&tok, "/reorder_import_rules", json!({"ids": format!("{a},{b},{c}")})).ok();
+    assert_eq!(ids(&list(&s)), [a, b, c]);
+    // Refusals: each clear, and none changes anything.
+    let fails = |path: &str, body: serde_json::Value, status: u16, msg: &str| {
+        s.post(&tok, path, body).fails(status, msg);
+    };
+    fails(
+        "/reorder_import_rules",
+        json!({"ids": format!("{a},{b}")}),
+        400,
+        "ids must list every rule id exactly once",
+    );
+    fails(
+        "/reorder_import_rules",
+        json!({"ids": format!("{a},{b},{b}")}),
+        400,
+        "ids must list every rule id exactly once",
+    );
+    fails("/add_import_rule", json!({"value": "x"}), 400, "envelope is required");
+    fails(
+        "/add_import_rule",
+        json!({"envelope": food}),
+        400,
+        "A rule needs a text to compare (value) or an amount bound (min_amount, max_amount)",
+    );
+    fails(
+        "/add_import_rule",
+        json!({"envelope": food, "value": "x", "match": "regex"}),
+        400,
+        "match must be equals, contains or starts_with",
+    );
+    fails(
+        "/add_import_rule",
+        json!({"envelope": food, "value": "x", "field": "name"}),
+        400,
+        "field must be payee, memo or payee_or_memo",
+    );
+    fails(
+        "/add_import_rule",
+        json!({"envelope": food, "value": "x", "applies_to": "all"}),
+        400,
+        "applies_to must be withdrawals, deposits or both",
+    );
+    fails(
+        "/add_import_rule",
+        json!({"envelope": food, "min_amount": 5, "max_amount": 1}),
+        400,
+        "min_amount is more than max_amount",
+    );
+    fails(
+        "/add_import_rule",
+        json!({"envelope": food, "min_amount": -5}),
+        400,
+        "min_amount must not be negative",
+    );
+    fails(
+        "/add_import_rule",
+        json!({"envelope": "accnope", "value": "x"}),
+        404,
+        "Envelope account not found",
+    );
+    fails("/add_import_rule", json!({"envelope": food, "value": "x".repeat(257)}), 400, "value is too long");
+    fails("/update_import_rule", json!({"id": 999, "value": "x"}), 404, "Import rule not found");
+    fails(
+        "/update_import_rule",
+        json!({"id": b, "clear": "min_amount"}),
+        400,
+        "A rule needs a text to compare (value) or an amount bound (min_amount, max_amount)",
+    );
+    fails(
+        "/update_import_rule",
+        json!({"id": b, "clear": "envelope"}),
+        400,
+        "clear lists value, min_amount or max_amount",
+    );
+    fails("/delete_import_rule", json!({"id": 999}), 404, "Import rule not found");
+    fails("/delete_import_rule", json!({"id": "x"}), 400, "id must be a positive whole number");
+    assert_eq!(ids(&list(&s)), [a, b, c]);
+    let d = s.post(&tok, "/delete_import_rule", json!({"id": b}));
+    d.ok();
+    assert_eq!(d.json["deleted"], json!(b));
+    let mut s = s;
+    s.restart();
+    let kept = s.get(&tok, "/import_rules", "").json["rules"].as_array().unwrap().clone();
+    assert_eq!(ids(&kept), [a, c]);
+    // A new rule never takes a deleted rule's id.
+    let e = rule(&s, &tok, json!({"envelope": food, "value": "e"})).json["rule"]["id"].as_i64().unwrap();
+    assert!(e > c && e > b, "{e}");
+    // A rule whose envelope was deleted chooses nothing, and says so.
+    s.post(&tok, "/reorder_import_rules", json!({"ids": format!("{e},{a},{c}")})).ok();
+    let gone = s.child(&tok, &main, "Gone", json!({"allocation": 0}));
+    s.post(&tok, "/update_import_rule", json!({"id": e, "envelope": gone, "value": "grocer"})).ok();
+    let r = s.raw(
+        "DELETE",
+        "/delete",
+        &[("Authorization", &format!("Bearer {tok}"))],
+        Body::Json(json!({"uuid": gone})),
+    );
+    r.ok();
+    let p = import(&s, &tok, "", OFX.as_bytes());
+    let line = &p.json["lines"][1];
+    assert_eq!(
+        (line["action"].as_str(), line["reason"].as_str()),
+        (Some("needs_attention"), Some("the rule's envelope no longer exists")),
+        "{}",
+        p.text
+    );
+    assert_eq!(line["rule"], json!(e));
+}
+
+#[test]
+fn csv_mappings_saved_by_name_are_used_listed_and_deleted() {
+    let s = Srv::start();
+    let (tok, main) = s.user("imp_mapping", "0");
+    let csv = "Date,Payee,Amount\n2025-03-01,Shop,12.50\n2025-03-02,Cafe,-2.50\n";
+    let mapping = json!({"date": {"name": "Date"}, "payee": {"name": "Payee"}, "amount": {"name": "Amount"}});
+    let saved = s.post(&tok, "/save_csv_mapping", json!({"name": "My bank", "mapping": mapping.to_string()}));
+    saved.ok();
+    assert_eq!(saved.json["mapping"], mapping);
+    let r = import(&s, &tok, "format=csv&mapping_name=My%20bank&commit=true", csv.as_bytes());
+    r.ok();
+    assert_eq!(s.balance(&tok, &main), "10");
+    let mut s = s;
+    s.restart();
+    let list = s.get(&tok, "/csv_mappings", "");
+    assert_eq!(list.json["mappings"], json!([{"name": "My bank", "mapping": mapping}]), "{}", list.text);
+    import(&s, &tok, "format=csv&mapping_name=Other", csv.as_bytes()).fails(404, "CSV mapping not found");
+    let bad = s.post(&tok, "/save_csv_mapping", json!({"name": "Broken", "mapping": "{\"amount\": 3}"}));
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    assert!(bad.err().starts_with("Invalid mapping"), "{}", bad.text);
+    s.post(&tok, "/delete_csv_mapping", json!({"name": "My bank"})).ok();
+    s.post(&tok, "/delete_csv_mapping", json!({"name": "My bank"})).fails(404, "CSV mapping not found");
+    assert_eq!(s.get(&tok, "/csv_mappings", "").json["mappings"], json!([]));
+}
+
+/// A payment entered by hand, then found on the statement a few days later, is taken for the
+/// same payment: matched, not applied again; and the next import knows it as a duplicate.
+#[test]
+fn a_line_matching_a_transaction_entered_by_hand_is_matched_not_applied_twice() {
+    let s = Srv::start();
+    let (tok, main) = s.user("imp_match", "100");
+    s.post(&tok, "/withdraw", json!({"uuid": main, "amount": 45.20, "channel": "card", "transaction_date": "2025-01-08"})).ok();
+    // Same amount, but 5 days from the statement's date: not taken for it.
+    s.post(&tok, "/withdraw", json!({"uuid": main, "amount": 9.99, "channel": "card", "transaction_date": "2025-01-05"})).ok();
+    let hand = transactions(&s, &tok, &main)[0]["TransactionID"].as_str().unwrap().to_string();
+    let r = import(&s, &tok, "commit=true", OFX.as_bytes());
+    r.ok();
+    let lines = r.json["lines"].as_array().unwrap();
+    assert_eq!(lines[1]["action"], "matched", "{}", r.text);
+    assert_eq!(lines[1]["matched"], hand.as_str());
+    assert_eq!(lines[2]["action"], "withdraw");
+    assert_eq!(r.json["summary"]["matched"], json!(1));
+    // 100 - 45.20 - 9.99 by hand, then the salary and the streaming line: 1534.82.
+    assert_eq!(s.balance(&tok, &main), "1534.82");
+    let again = import(&s, &tok, "", OFX.as_bytes());
+    assert_eq!(again.json["summary"]["duplicate"], json!(3), "{}", again.text);
 }
 
 #[test]

@@ -287,9 +287,10 @@ pub fn record_json(r: &TxRecord) -> String {
     record_obj(r).finish()
 }
 
-/// The fields of one record in the SPEC 8.3 shape.
+/// The fields of one record in the SPEC 8.3 shape; a record imported from a statement adds its
+/// payee, memo and import id (docs/import.md), so no other record reads differently.
 pub fn record_obj(r: &TxRecord) -> Obj {
-    Obj::new()
+    let o = Obj::new()
         .str("Type", if r.deposit { "Deposit" } else { "Withdrawal" })
         .str("By", r.by.as_str())
         .str("TransactionID", &r.id)
@@ -298,7 +299,14 @@ pub fn record_obj(r: &TxRecord) -> Obj {
         .money("Balance", r.balance_cents.into())
         .money("amount_due", r.amount_due_cents)
         .money("overall_balance", r.overall_balance_cents)
-        .str("Date", &fmt_datetime(r.date_secs))
+        .str("Date", &fmt_datetime(r.date_secs));
+    match &r.note {
+        None => o,
+        Some(n) => o
+            .opt_str("Payee", n.payee.as_deref())
+            .opt_str("Memo", n.memo.as_deref())
+            .opt_str("ImportID", n.import_id.as_deref()),
+    }
 }
 
 /// Largest page of /get_transactions (docs/api.md).

@@ -2,7 +2,7 @@
 //! handler; this table is what the router, the OpenAPI document and the metrics labels read.
 
 use super::decl::{row, Access, Body, Endpoint, Param, Row, Shape, Verb};
-use super::{analytics, attrs, auth, import, money, sync, tree};
+use super::{analytics, attrs, auth, import, import_settings as settings, money, sync, tree};
 
 /// Which handler answers a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +49,16 @@ pub enum Ep {
     GetPeriods,
     /// Delta sync (docs/api.md).
     Changes,
-    /// Bank statement import (docs/import.md).
+    /// Bank statement import and its settings (docs/import.md).
     Import,
+    ListImportRules,
+    AddImportRule,
+    UpdateImportRule,
+    ReorderImportRules,
+    DeleteImportRule,
+    ListCsvMappings,
+    SaveCsvMapping,
+    DeleteCsvMapping,
     /// Operational endpoints answered by `http` itself, never by a handler.
     Ops(Op),
 }
@@ -156,6 +164,14 @@ pub static ENDPOINTS: &[&Endpoint] = &[
     &OPENAPI,
     &sync::CHANGES,
     &import::IMPORT,
+    &settings::LIST_RULES,
+    &settings::ADD_RULE,
+    &settings::UPDATE_RULE,
+    &settings::REORDER_RULES,
+    &settings::DELETE_RULE,
+    &settings::LIST_MAPPINGS,
+    &settings::SAVE_MAPPING,
+    &settings::DELETE_MAPPING,
 ];
 
 /// Members the reference writes as R data frames (rows of plain values, SPEC 8.3, 10.18): the

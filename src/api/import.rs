@@ -3,45 +3,75 @@
 //!
 //! Each line gets an import id: the bank's own id scoped to the bank account, or, where the bank
 //! gives none, one made of account, amount, date and occurrence (as YNAB's
-//! `YNAB:<milliunits>:<date>:<n>`). The id is the record's `TransactionID`, and lines are applied
-//! to the main account, whose log is indexed by transaction id (SPEC D28): importing the same
-//! file again, or an overlapping statement, adds nothing twice, on one node or several.
+//! `YNAB:<milliunits>:<date>:<n>`). The id is the record's `TransactionID`, and the index of
+//! transaction ids holds it whatever account the line went to (SPEC D28's index of the main
+//! account's ids, extended to imported records): importing the same file again, or an
+//! overlapping statement, adds nothing twice, on one node or several.
+//!
+//! A line's account is the client's choice for that line (`envelopes`), else the first import
+//! rule that matches it, else the target account (for a withdrawal, only a target without child
+//! accounts: money leaves from an envelope, not from a pool that is split further).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use blake2::{Blake2b256, Digest};
 
-use super::decl::{row, Access, Body, Endpoint, Kind as P, Msgs, Param, Shape, Verb};
+use super::decl::{row, Access, Body, Endpoint, Kind as P, Msgs, Param, Row, Shape, Verb};
 use super::endpoints::{Ep, NO_TREE};
+use super::import_settings::{parse_mapping, rules_of, saved_mapping};
 use super::json::{array, Obj};
 use super::money::TXID_MAX_CHARS;
 use super::{engine_err, find, Answer, ApiError, Locked, Rq};
 use crate::app::App;
 use crate::domain::dates::fmt_day;
 use crate::domain::dates::DAY_SECS;
+use crate::domain::docs::{Docs, Rules};
 use crate::domain::engine::{Ctx, Mode, OpError, Posting};
+use crate::domain::note::Note;
 use crate::domain::origin::Origin;
 use crate::domain::text::Text;
-use crate::domain::tree::{fmt_uuid, AccountId};
+use crate::domain::tree::{fmt_uuid, AccountId, Tree};
 use crate::import::{self, Format, Line, Statement};
+use crate::store::users::UserState;
 
-/// Who an imported record says made it (its `By`).
-const IMPORT_BY: &str = "Import";
+/// How many days apart a statement line and an existing transaction of the same amount may be
+/// dated and still be taken for the same payment (card payments post a day or three late).
+pub const MATCH_DAYS: i64 = 3;
+/// Records read from the end of each account's log when looking for a line's match: a bound on
+/// what a preview reads, whatever the history.
+pub const MATCH_SCAN_RECORDS: u64 = 5_000;
 
 static UUID: Param = Param::text(
     "uuid",
     None,
     None,
-    "Account the statement belongs to; default the main account. Only the main account is committed to.",
+    "Account the statement is imported into; default the main account. Deposits go into it (and down its subtree); withdrawals come out of it when it has no child accounts.",
 );
 static FORMAT: Param =
     Param::text("format", None, Some(16), "ofx, qfx, camt053, mt940 or csv; default taken from the content.");
 static MAPPING: Param =
     Param::text("mapping", None, Some(8192), "For CSV: the column mapping, as JSON (see docs/import.md).");
+static MAPPING_NAME: Param = Param::text(
+    "mapping_name",
+    None,
+    Some(super::import_settings::MAPPING_NAME_MAX_CHARS),
+    "For CSV: a mapping saved with /save_csv_mapping.",
+);
+static ENVELOPES: Param = Param::text(
+    "envelopes",
+    None,
+    Some(65_536),
+    "JSON object from a line number (the preview's `line`) to the account that line goes to or comes from; overrides the rules.",
+);
 static COMMIT: Param = Param::new(
     "commit",
     P::Bool,
     Msgs::invalid("commit must be a boolean"),
     "true applies every applicable line as one operation; default false (a preview).",
 );
+
+const NO_MAPPING: Row = row!(404, "`mapping_name` names no saved mapping", "`CSV mapping not found`");
 
 pub static IMPORT: Endpoint = Endpoint {
     verb: Verb::Post,
@@ -52,7 +82,7 @@ pub static IMPORT: Endpoint = Endpoint {
     access: Access::Bearer,
     writes: true,
     body: Body::Raw { max_bytes: import::MAX_FILE_BYTES },
-    params: &[&UUID, &FORMAT, &MAPPING, &COMMIT],
+    params: &[&UUID, &FORMAT, &MAPPING, &MAPPING_NAME, &ENVELOPES, &COMMIT],
     fields: &[
         ("uuid", Shape::Str),
         ("format", Shape::Str),
@@ -63,14 +93,15 @@ pub static IMPORT: Endpoint = Endpoint {
     errors: &[
         row!(400, "`format` not one of the formats read", "`Unknown format`"),
         row!(400, "the body is empty, or not a statement of any format read", "`Not a bank statement`"),
+        NO_TREE,
+        NO_MAPPING,
         row!(400, "the file cannot be read (names the line)", "`line <n>: <what is wrong>`"),
         row!(400, "CSV without a valid `mapping`", "`a CSV file needs a mapping` / `Invalid mapping: <why>`"),
-        NO_TREE,
         row!(404, "`uuid` is not an account of the tree", "`Account not found`"),
         row!(
             400,
-            "`commit=true` for an account other than the main account",
-            "`Only the main account can be committed to`"
+            "`envelopes` is not an object of line numbers and accounts of the tree",
+            "`Invalid envelopes: <why>`"
         ),
     ],
 };
@@ -81,11 +112,13 @@ enum Action {
     Deposit,
     Withdraw,
     Duplicate,
+    /// An existing transaction (its index among the candidates) is taken for this line.
+    Matched(usize),
     NeedsAttention(&'static str),
 }
 
 /// The actions' names, in the order of [`Action::index`].
-const ACTIONS: [&str; 4] = ["deposit", "withdraw", "duplicate", "needs_attention"];
+const ACTIONS: [&str; 5] = ["deposit", "withdraw", "duplicate", "matched", "needs_attention"];
 
 impl Action {
     fn index(self) -> usize {
@@ -93,11 +126,42 @@ impl Action {
             Action::Deposit => 0,
             Action::Withdraw => 1,
             Action::Duplicate => 2,
-            Action::NeedsAttention(_) => 3,
+            Action::Matched(_) => 3,
+            Action::NeedsAttention(_) => 4,
         }
     }
     fn name(self) -> &'static str {
         ACTIONS[self.index()]
+    }
+}
+
+/// Where a line goes (deposits) or comes from (withdrawals), and what chose it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    /// The client's `envelopes` entry for the line.
+    Chosen(AccountId),
+    /// The rule with this id.
+    Rule(u64, AccountId),
+    /// The import's target account.
+    Target(AccountId),
+    /// A rule whose envelope was deleted since.
+    RuleGone(u64),
+    /// Nothing: a withdrawal from an account with child accounts needs an envelope.
+    Nothing,
+}
+
+impl Choice {
+    fn account(self) -> Option<AccountId> {
+        match self {
+            Choice::Chosen(a) | Choice::Rule(_, a) | Choice::Target(a) => Some(a),
+            Choice::RuleGone(_) | Choice::Nothing => None,
+        }
+    }
+    fn rule(self) -> Option<u64> {
+        match self {
+            Choice::Rule(r, _) | Choice::RuleGone(r) => Some(r),
+            _ => None,
+        }
     }
 }
 
@@ -126,7 +190,7 @@ fn import_id(account: Option<&str>, line: &Line, occurrence: u32) -> String {
 
 /// Every line of every statement with its import id, in file order.
 fn plan(statements: &[Statement]) -> Vec<Planned<'_>> {
-    let mut seen: std::collections::HashMap<(Option<&str>, i64, i64), u32> = std::collections::HashMap::new();
+    let mut seen: HashMap<(Option<&str>, i64, i64), u32> = HashMap::new();
     let mut out = Vec::new();
     for st in statements {
         let account = st.account.as_deref();
@@ -139,7 +203,7 @@ fn plan(statements: &[Statement]) -> Vec<Planned<'_>> {
     out
 }
 
-fn read_file(rq: &Rq) -> Result<(Format, Vec<Statement>), ApiError> {
+fn read_file(rq: &Rq, docs: &Docs) -> Result<(Format, Vec<Statement>), ApiError> {
     let p = &rq.params;
     let format = match p.text_of(&FORMAT)? {
         Some(f) => Format::parse(&f).ok_or_else(|| ApiError::bad("Unknown format"))?,
@@ -148,83 +212,241 @@ fn read_file(rq: &Rq) -> Result<(Format, Vec<Statement>), ApiError> {
             .ok_or_else(|| ApiError::bad("Not a bank statement"))?,
     };
     p.check_lengths(IMPORT.params)?;
-    let mapping = match p.text_of(&MAPPING)? {
-        Some(m) => Some(
-            serde_json::from_str::<import::csv::Mapping>(&m)
-                .map_err(|e| ApiError::bad(format!("Invalid mapping: {e}")))?,
-        ),
-        None => None,
+    let text = match (p.text_of(&MAPPING)?, p.text_of(&MAPPING_NAME)?) {
+        (Some(m), _) => Some(m.into_owned()),
+        (None, Some(name)) => Some(saved_mapping(docs, &name).ok_or_else(|| NO_MAPPING.err())?.to_string()),
+        (None, None) => None,
     };
+    let mapping = text.as_deref().map(parse_mapping).transpose()?;
     let statements =
         import::read(&rq.document, format, mapping.as_ref()).map_err(|e| ApiError::bad(e.to_string()))?;
     Ok((format, statements))
 }
 
+/// The `envelopes` parameter: line number to account.
+fn overrides(rq: &Rq, planned: &[Planned], tree: &Tree) -> Result<HashMap<u64, AccountId>, ApiError> {
+    let Some(text) = rq.params.text_of(&ENVELOPES)? else { return Ok(HashMap::new()) };
+    let bad = |why: String| ApiError::bad(format!("Invalid envelopes: {why}"));
+    let map: HashMap<String, String> = serde_json::from_str(&text)
+        .map_err(|e| bad(format!("{e} (an object of line numbers and account uuids)")))?;
+    let lines: HashSet<u64> = planned.iter().map(|p| p.line.source_line as u64).collect();
+    let mut out = HashMap::with_capacity(map.len());
+    for (line, uuid) in map {
+        let n: u64 = line.trim().parse().map_err(|_| bad(format!("'{line}' is not a line number")))?;
+        if !lines.contains(&n) {
+            return Err(bad(format!("line {n} is not a line of this statement")));
+        }
+        let acc =
+            tree.by_uuid_str(&uuid).ok_or_else(|| bad(format!("line {n}: account {uuid} not found")))?;
+        out.insert(n, acc.uuid);
+    }
+    Ok(out)
+}
+
+/// What chooses each line's account: the client's choice, else the first matching rule, else
+/// the target (for a withdrawal, only when the target has no child accounts).
+fn choices(
+    planned: &[Planned],
+    chosen: &HashMap<u64, AccountId>,
+    rules: &Rules,
+    tree: &Tree,
+    target: AccountId,
+) -> Vec<Choice> {
+    let matcher = rules.matcher();
+    let leaf = tree.get(target).is_some_and(|a| a.children.is_empty());
+    planned
+        .iter()
+        .map(|p| {
+            let l = p.line;
+            if let Some(a) = chosen.get(&(l.source_line as u64)) {
+                return Choice::Chosen(*a);
+            }
+            match matcher.choose(l.payee.as_deref(), l.memo.as_deref(), l.amount_cents) {
+                Some(r) if tree.get(r.envelope).is_some() => Choice::Rule(r.id, r.envelope),
+                Some(r) => Choice::RuleGone(r.id),
+                None if l.amount_cents > 0 || leaf => Choice::Target(target),
+                None => Choice::Nothing,
+            }
+        })
+        .collect()
+}
+
+/// A transaction already in a log that a line may be taken for.
+struct Candidate {
+    acc: AccountId,
+    deposit: bool,
+    amount_cents: i64,
+    day: i64,
+    id: Text,
+}
+
+/// Transactions in the logs of `accounts`, dated within [`MATCH_DAYS`] of `days`, that a line
+/// may match: made by someone (not the engine's own allocations), not imported. Reads at most
+/// [`MATCH_SCAN_RECORDS`] records from the end of each log.
+async fn candidates(
+    app: &App,
+    st: &UserState,
+    accounts: &HashSet<AccountId>,
+    days: (i64, i64),
+) -> Result<Vec<Candidate>, ApiError> {
+    let (lo, hi) = (days.0 - MATCH_DAYS, days.1 + MATCH_DAYS);
+    let mut out = Vec::new();
+    for &acc in accounts {
+        let len = st.tree.get(acc).map_or(0, |a| a.log_len);
+        let recs = app.users.read_log_range(st, acc, len.saturating_sub(MATCH_SCAN_RECORDS), len).await?;
+        for r in recs {
+            let day = r.date_secs.div_euclid(DAY_SECS);
+            if (lo..=hi).contains(&day)
+                && r.by != Origin::System
+                && r.note.is_none()
+                && !r.id.starts_with("imp:")
+            {
+                out.push(Candidate { acc, deposit: r.deposit, amount_cents: r.amount_cents, day, id: r.id });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The candidate a line is taken for: same account, direction and amount, the nearest date,
+/// each candidate at most once.
+fn find_match(
+    cands: &[Candidate],
+    used: &mut [bool],
+    acc: AccountId,
+    amount_cents: i64,
+    day: i64,
+) -> Option<usize> {
+    let best = cands
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| {
+            !used[*i]
+                && c.acc == acc
+                && c.deposit == (amount_cents > 0)
+                && c.amount_cents == amount_cents.abs()
+                && (c.day - day).abs() <= MATCH_DAYS
+        })
+        .min_by_key(|(_, c)| (c.day - day).abs())
+        .map(|(i, _)| i)?;
+    used[best] = true;
+    Some(best)
+}
+
 pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
-    let (format, statements) = read_file(rq)?;
     let commit = rq.params.flag_of(&COMMIT, false)?;
     let uuid = rq.params.text_of(&UUID)?.map(|u| u.into_owned());
+    // A read of the committed state first: the saved mappings, and the logs a line may match
+    // (read outside the write lock, which on a shared engine holds a database connection).
+    let st = super::snapshot(app, rq).await?;
+    let (format, statements) = read_file(rq, &st.tree.docs)?;
     let planned = plan(&statements);
+    let target_of = |tree: &Tree| -> Result<AccountId, ApiError> {
+        match &uuid {
+            None => Ok(tree.root),
+            Some(u) => Ok(find(tree, u, || ApiError::new(404, "Account not found"))?.uuid),
+        }
+    };
+    let chosen = overrides(rq, &planned, &st.tree)?;
+    let rules = rules_of(&st.tree.docs);
+    let first = choices(&planned, &chosen, &rules, &st.tree, target_of(&st.tree)?);
+    let accounts: HashSet<AccountId> = first.iter().filter_map(|c| c.account()).collect();
+    let days =
+        planned.iter().fold((i64::MAX, i64::MIN), |(lo, hi), p| (lo.min(p.line.day), hi.max(p.line.day)));
+    let cands = if planned.is_empty() { Vec::new() } else { candidates(app, &st, &accounts, days).await? };
+    drop(st);
+
     let (guard, cur) = match super::lock_tree(app, rq, super::no_tree).await? {
         Locked::Tree(guard, cur) => (guard, cur),
         Locked::Answered(a) => return Ok(a),
     };
-    let target: AccountId = match &uuid {
-        None => cur.tree.root,
-        Some(u) => find(&cur.tree, u, || ApiError::new(404, "Account not found"))?.uuid,
-    };
-    let main = target == cur.tree.root;
-    if commit && !main {
-        return Err(ApiError::bad("Only the main account can be committed to"));
-    }
-    // Lines already applied (the same id earlier in the file, or in the main account's log).
-    let mut seen = std::collections::HashSet::new();
+    let target = target_of(&cur.tree)?;
+    let rules = rules_of(&cur.tree.docs);
+    let choice = choices(&planned, &chosen, &rules, &cur.tree, target);
+    // Lines already applied (the same id earlier in the file, or in the index of ids).
+    let mut seen = HashSet::new();
     let mut dup = Vec::with_capacity(planned.len());
     for p in &planned {
-        dup.push(!seen.insert(p.id.as_str()) || (main && guard.main_txid_exists(&p.id).await?));
+        dup.push(!seen.insert(p.id.as_str()) || guard.main_txid_exists(&p.id).await?);
     }
     drop(seen);
     let channel = Text::from(format!("import:{}", format.name()));
-    let by = Origin::from(Text::from(IMPORT_BY));
+    // Imported lines are the person's own payments and income: counted as theirs by spending
+    // and income (SPEC 10.15), like a deposit or withdrawal they enter by hand.
+    let by = Origin::User;
     let ids: Vec<Text> = planned.iter().map(|p| Text::from(p.id.as_str())).collect();
+    let notes: Vec<Arc<Note>> = planned
+        .iter()
+        .zip(&ids)
+        .map(|(p, id)| {
+            Arc::new(Note {
+                payee: p.line.payee.as_deref().map(Text::from),
+                memo: p.line.memo.as_deref().map(Text::from),
+                import_id: Some(id.clone()),
+            })
+        })
+        .collect();
     // Runs every line on `ctx` in file order, as the commit does: what a line can do depends on
-    // what the lines before it left (a deposit into the main account flows down the tree).
+    // what the lines before it left (a deposit flows down the tree).
     let apply = |ctx: &mut Ctx| -> Result<Vec<Action>, ApiError> {
+        let mut used = vec![false; cands.len()];
         let mut actions = Vec::with_capacity(planned.len());
-        for ((p, dup), id) in planned.iter().zip(&dup).zip(&ids) {
+        for (i, p) in planned.iter().enumerate() {
             let a = p.line.amount_cents;
             let posting = Posting {
                 amount_cents: a.abs(),
                 by: &by,
                 channel: &channel,
-                txid: Some(id),
+                txid: Some(&ids[i]),
                 date_secs: p.line.day * DAY_SECS,
-                note: None,
+                note: Some(&notes[i]),
             };
-            let action = if *dup {
+            let matched = |used: &mut [bool]| {
+                choice[i].account().and_then(|acc| find_match(&cands, used, acc, a, p.line.day))
+            };
+            let action = if dup[i] {
                 Action::Duplicate
             } else if a == 0 {
                 Action::NeedsAttention("the amount is zero")
-            } else if a > 0 {
-                match ctx.deposit(target, posting, Mode::External) {
-                    Ok(()) => Action::Deposit,
-                    Err(OpError::NotActive) => Action::NeedsAttention("the account is not active"),
-                    Err(e) => return Err(engine_err(e)),
-                }
-            } else if -a > ctx.acc(target).map_err(engine_err)?.balance_cents {
-                Action::NeedsAttention("not enough money in the account")
+            } else if let Some(m) = matched(&mut used) {
+                ctx.claim_id(ids[i].clone());
+                Action::Matched(m)
             } else {
-                ctx.withdraw(target, posting).map_err(engine_err)?;
-                Action::Withdraw
+                match (choice[i], a > 0) {
+                    (Choice::RuleGone(_), _) => {
+                        Action::NeedsAttention("the rule's envelope no longer exists")
+                    }
+                    (Choice::Nothing, _) => Action::NeedsAttention(
+                        "no envelope chosen: add an import rule or choose one for this line",
+                    ),
+                    (c, true) => match ctx.deposit(
+                        c.account().ok_or(OpError::Internal).map_err(engine_err)?,
+                        posting,
+                        Mode::External,
+                    ) {
+                        Ok(()) => Action::Deposit,
+                        Err(OpError::NotActive) => Action::NeedsAttention("the account is not active"),
+                        Err(e) => return Err(engine_err(e)),
+                    },
+                    (c, false) => {
+                        let x = c.account().ok_or(OpError::Internal).map_err(engine_err)?;
+                        if -a > ctx.acc(x).map_err(engine_err)?.balance_cents {
+                            Action::NeedsAttention("not enough money in the account")
+                        } else {
+                            ctx.withdraw(x, posting).map_err(engine_err)?;
+                            Action::Withdraw
+                        }
+                    }
+                }
             };
             actions.push(action);
         }
         Ok(actions)
     };
-    let render = |actions: &[Action], committed: bool| {
-        let mut counts = [0i64; 4];
+    let render = |actions: &[Action], committed: bool, tree: &Tree| {
+        let mut counts = [0i64; ACTIONS.len()];
         let mut sum_cents: i128 = 0;
-        let lines = planned.iter().zip(actions).map(|(p, act)| {
+        let lines = planned.iter().zip(actions).zip(&choice).map(|((p, act), c)| {
             counts[act.index()] += 1;
             if matches!(act, Action::Deposit | Action::Withdraw) {
                 sum_cents += i128::from(p.line.amount_cents);
@@ -242,6 +464,17 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
             if let Action::NeedsAttention(why) = act {
                 o = o.str("reason", why);
             }
+            if let Action::Matched(m) = act {
+                o = o.str("matched", &cands[*m].id);
+            }
+            if let Some(acc) = c.account().filter(|_| !matches!(act, Action::Duplicate)) {
+                o = o
+                    .str("envelope", &fmt_uuid(acc))
+                    .opt_str("envelope_name", tree.get(acc).map(|a| a.name.as_str()));
+            }
+            if let Some(r) = c.rule() {
+                o = o.int("rule", r.into());
+            }
             o.finish()
         });
         let lines = array(lines.collect::<Vec<_>>());
@@ -250,7 +483,8 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
             .int("deposit", counts[0].into())
             .int("withdraw", counts[1].into())
             .int("duplicate", counts[2].into())
-            .int("needs_attention", counts[3].into())
+            .int("matched", counts[3].into())
+            .int("needs_attention", counts[4].into())
             .money("net_amount", sum_cents);
         Obj::new()
             .str("uuid", &fmt_uuid(target))
@@ -262,15 +496,15 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     if !commit {
         let mut scratch = cur.tree.clone();
         let actions = apply(&mut Ctx::new(&mut scratch, rq.now()))?;
-        return Ok(render(&actions, false).into());
+        return Ok(render(&actions, false, &scratch).into());
     }
-    let mut counted = [0u64; 4];
+    let mut counted = [0u64; ACTIONS.len()];
     let answer = super::mutate_locked(app, guard, cur, rq, |ctx, _| {
         let actions = apply(ctx)?;
         for a in &actions {
             counted[a.index()] += 1;
         }
-        Ok(render(&actions, true))
+        Ok(render(&actions, true, ctx.tree))
     })
     .await
     .map_err(|e| match e {

@@ -10,6 +10,7 @@ pub mod decl;
 pub mod endpoints;
 mod error;
 mod import;
+mod import_settings;
 pub mod json;
 pub mod logs;
 mod money;
@@ -195,6 +196,14 @@ fn call<'a>(app: &'a App, ep: Ep, rq: &'a Rq) -> Handling<'a> {
         Ep::GetPeriods => fields(attrs::get_periods(app, rq)),
         Ep::Changes => fields(sync::changes(app, rq)),
         Ep::Import => writes(import::import(app, rq)),
+        Ep::ListImportRules => fields(import_settings::list_rules(app, rq)),
+        Ep::AddImportRule => writes(import_settings::add_rule(app, rq)),
+        Ep::UpdateImportRule => writes(import_settings::update_rule(app, rq)),
+        Ep::ReorderImportRules => writes(import_settings::reorder_rules(app, rq)),
+        Ep::DeleteImportRule => writes(import_settings::delete_rule(app, rq)),
+        Ep::ListCsvMappings => fields(import_settings::list_mappings(app, rq)),
+        Ep::SaveCsvMapping => writes(import_settings::save_mapping(app, rq)),
+        Ep::DeleteCsvMapping => writes(import_settings::delete_mapping(app, rq)),
     }
 }
 

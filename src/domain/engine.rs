@@ -109,6 +109,8 @@ pub struct Ctx<'a> {
     removed: Vec<(AccountId, u64)>,
     /// Settings written (`None`: removed), by key, last write last.
     docs: Vec<(Text, Option<Arc<Doc>>)>,
+    /// Ids indexed without a record of their own (see [`Ctx::claim_id`]).
+    claimed: Vec<Text>,
 }
 
 /// Keys an operation touched, in any order and repeated (an account is touched by each of its
@@ -178,7 +180,14 @@ impl<'a> Ctx<'a> {
             track_days: Touched::default(),
             removed: Vec::new(),
             docs: Vec::new(),
+            claimed: Vec::new(),
         }
+    }
+
+    /// Puts `id` in the transaction-id index without a record: a statement line matched to a
+    /// transaction already there is then a duplicate the next time it is imported.
+    pub fn claim_id(&mut self, id: Text) {
+        self.claimed.push(id);
     }
 
     /// Writes the setting under `key` (`None` removes it), in the tree and in the change.
@@ -211,6 +220,11 @@ impl<'a> Ctx<'a> {
             }
             if let Some(n) = &rec.note {
                 notes.push((*acc, *seq, n.clone()));
+            }
+        }
+        for id in &self.claimed {
+            if seen.insert(id.as_str()) {
+                main_txids.push(id.clone());
             }
         }
         Change {

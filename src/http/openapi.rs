@@ -419,7 +419,10 @@ fn components() -> Value {
                     "Balance": {"type": "number"},
                     "amount_due": {"type": "number"},
                     "overall_balance": {"type": "number"},
-                    "Date": {"type": "string", "description": "YYYY-MM-DD HH:MM:SS, UTC."}
+                    "Date": {"type": "string", "description": "YYYY-MM-DD HH:MM:SS, UTC."},
+                    "Payee": {"type": ["string", "null"], "description": "Only on a record imported from a statement."},
+                    "Memo": {"type": ["string", "null"], "description": "Only on a record imported from a statement."},
+                    "ImportID": {"type": "string", "description": "Only on a record imported from a statement."}
                 }
             },
             "SyncAccount": {
@@ -454,6 +457,9 @@ fn components() -> Value {
                     "amount_due": {"type": "number"},
                     "overall_balance": {"type": "number"},
                     "Date": {"type": "string"},
+                    "Payee": {"type": ["string", "null"]},
+                    "Memo": {"type": ["string", "null"]},
+                    "ImportID": {"type": "string"},
                     "account_uuid": {"type": "string"},
                     "knowledge": {"type": ["integer", "null"]}
                 }
@@ -474,6 +480,34 @@ fn components() -> Value {
                     "action": {"enum": ["deposit", "withdraw", "duplicate", "needs_attention"]},
                     "reason": {"type": "string"}
                 }
+            },
+            "ImportRule": {
+                "type": "object",
+                "description": "An import rule (docs/import.md): a line that passes every condition it has goes to its envelope. The first matching rule chooses.",
+                "required": ["id", "field", "match", "value", "min_amount", "max_amount", "applies_to", "envelope", "envelope_name"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "field": {"enum": ["payee", "memo", "payee_or_memo", null]},
+                    "match": {"enum": ["equals", "contains", "starts_with", null]},
+                    "value": {"type": ["string", "null"]},
+                    "min_amount": {"type": ["number", "null"]},
+                    "max_amount": {"type": ["number", "null"]},
+                    "applies_to": {"enum": ["withdrawals", "deposits", "both"]},
+                    "envelope": {"type": "string"},
+                    "envelope_name": {"type": ["string", "null"], "description": "null once the envelope was deleted (the rule then chooses nothing)."}
+                }
+            },
+            "CsvMapping": {
+                "type": "object",
+                "required": ["name", "mapping"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "mapping": {"$ref": "#/components/schemas/CsvMappingBody"}
+                }
+            },
+            "CsvMappingBody": {
+                "type": "object",
+                "description": "A CSV column mapping (docs/import.md)."
             },
             "ImportSummary": {
                 "type": "object",
