@@ -237,11 +237,21 @@ fn rules_and_the_clients_choices_pick_each_lines_envelope() {
     assert_eq!(total.json["total_balance"], json!(1444.81), "{}", total.text);
     // A choice naming no line of the file, or no account, is refused and changes nothing.
     let bad = pct(&json!({"999": fun}).to_string());
-    let r = import(&s, &tok, &format!("commit=true&envelopes={bad}"), OFX.replace("<FITID>A", "<FITID>Z").as_bytes());
+    let r = import(
+        &s,
+        &tok,
+        &format!("commit=true&envelopes={bad}"),
+        OFX.replace("<FITID>A", "<FITID>Z").as_bytes(),
+    );
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(r.err().contains("line 999"), "{}", r.text);
     let bad = pct(&json!({ line.to_string(): "accnope" }).to_string());
-    let r = import(&s, &tok, &format!("commit=true&envelopes={bad}"), OFX.replace("<FITID>A", "<FITID>Z").as_bytes());
+    let r = import(
+        &s,
+        &tok,
+        &format!("commit=true&envelopes={bad}"),
+        OFX.replace("<FITID>A", "<FITID>Z").as_bytes(),
+    );
     assert!(r.status == 400 && r.err().contains("not found"), "{}", r.text);
     let r = import(&s, &tok, "envelopes=%5B1%5D", OFX.as_bytes());
     assert!(r.status == 400 && r.err().starts_with("Invalid envelopes"), "{}", r.text);
@@ -429,9 +439,19 @@ fn csv_mappings_saved_by_name_are_used_listed_and_deleted() {
 fn a_line_matching_a_transaction_entered_by_hand_is_matched_not_applied_twice() {
     let s = Srv::start();
     let (tok, main) = s.user("imp_match", "100");
-    s.post(&tok, "/withdraw", json!({"uuid": main, "amount": 45.20, "channel": "card", "transaction_date": "2025-01-08"})).ok();
+    s.post(
+        &tok,
+        "/withdraw",
+        json!({"uuid": main, "amount": 45.20, "channel": "card", "transaction_date": "2025-01-08"}),
+    )
+    .ok();
     // Same amount, but 5 days from the statement's date: not taken for it.
-    s.post(&tok, "/withdraw", json!({"uuid": main, "amount": 9.99, "channel": "card", "transaction_date": "2025-01-05"})).ok();
+    s.post(
+        &tok,
+        "/withdraw",
+        json!({"uuid": main, "amount": 9.99, "channel": "card", "transaction_date": "2025-01-05"}),
+    )
+    .ok();
     let hand = transactions(&s, &tok, &main)[0]["TransactionID"].as_str().unwrap().to_string();
     let r = import(&s, &tok, "commit=true", OFX.as_bytes());
     r.ok();

@@ -477,8 +477,12 @@ fn components() -> Value {
                     "memo": {"type": ["string", "null"]},
                     "bank_id": {"type": ["string", "null"]},
                     "import_id": {"type": "string"},
-                    "action": {"enum": ["deposit", "withdraw", "duplicate", "needs_attention"]},
-                    "reason": {"type": "string"}
+                    "action": {"enum": ["deposit", "withdraw", "duplicate", "matched", "needs_attention"]},
+                    "reason": {"type": "string", "description": "With needs_attention: why the line is left out."},
+                    "matched": {"type": "string", "description": "With matched: the transaction id of the existing transaction taken for this line."},
+                    "envelope": {"type": "string", "description": "The account the line goes to or comes from, when one is chosen."},
+                    "envelope_name": {"type": "string"},
+                    "rule": {"type": "integer", "description": "The import rule that chose the envelope, when one did."}
                 }
             },
             "ImportRule": {
@@ -511,12 +515,13 @@ fn components() -> Value {
             },
             "ImportSummary": {
                 "type": "object",
-                "required": ["lines", "deposit", "withdraw", "duplicate", "needs_attention", "net_amount"],
+                "required": ["lines", "deposit", "withdraw", "duplicate", "matched", "needs_attention", "net_amount"],
                 "properties": {
                     "lines": {"type": "integer"},
                     "deposit": {"type": "integer"},
                     "withdraw": {"type": "integer"},
                     "duplicate": {"type": "integer"},
+                    "matched": {"type": "integer"},
                     "needs_attention": {"type": "integer"},
                     "net_amount": {"type": "number"}
                 }
