@@ -375,9 +375,11 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     // and income (SPEC 10.15), like a deposit or withdrawal they enter by hand.
     let by = Origin::User;
     let ids: Vec<Text> = planned.iter().map(|p| Text::from(p.id.as_str())).collect();
+    // Kept by the records a commit writes; a preview's records are dropped with its copy.
     let notes: Vec<Arc<Note>> = planned
         .iter()
         .zip(&ids)
+        .filter(|_| commit)
         .map(|(p, id)| {
             Arc::new(Note {
                 payee: p.line.payee.as_deref().map(Text::from),
@@ -399,7 +401,7 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
                 channel: &channel,
                 txid: Some(&ids[i]),
                 date_secs: p.line.day * DAY_SECS,
-                note: Some(&notes[i]),
+                note: notes.get(i),
             };
             let matched = |used: &mut [bool]| {
                 choice[i].account().and_then(|acc| find_match(&cands, used, acc, a, p.line.day))

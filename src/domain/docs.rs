@@ -129,6 +129,9 @@ impl Matcher<'_> {
     /// The first rule that matches a line of `amount_cents` (signed: below zero is money out)
     /// with this payee and memo.
     pub fn choose(&self, payee: Option<&str>, memo: Option<&str>, amount_cents: i64) -> Option<&Rule> {
+        if self.rules.is_empty() {
+            return None;
+        }
         let payee = payee.map(str::to_lowercase);
         let memo = memo.map(str::to_lowercase);
         let size = amount_cents.unsigned_abs();
