@@ -220,7 +220,7 @@ impl<'a> Parser<'a> {
                 self.ntry = Entry { line, ..Entry::default() };
             }
             "Amt" if self.ntry_at.is_some_and(|n| n + 1 == i) => {
-                let attr = e.try_get_attribute("Ccy").map_err(|e| ImportError::at(line, brief(&e)))?;
+                let attr = attribute(e, b"Ccy", line)?;
                 if let Some(a) = attr {
                     let v = a.unescape_value().map_err(|e| ImportError::at(line, brief(&e)))?;
                     self.ntry.currency = Some(currency(&v, line)?);
@@ -367,7 +367,8 @@ fn entry_line(n: Entry) -> Result<Option<(Line, Option<String>)>, ImportError> {
 /// Refuses any ISO 20022 message but camt.053 of the versions read; a root without a namespace
 /// is read by its element names.
 fn check_namespace(root: &BytesStart, line: usize) -> Result<(), ImportError> {
-    for attr in root.attributes() {
+    // Without quick-xml's duplicate check, which is quadratic in the attributes (see `attribute`).
+    for attr in root.attributes().with_checks(false) {
         let attr = attr.map_err(|e| ImportError::at(line, brief(&e)))?;
         if !attr.key.as_ref().starts_with(b"xmlns") {
             continue;
@@ -441,9 +442,26 @@ fn clean(v: &str) -> Option<String> {
     Some(v.split_whitespace().collect::<Vec<_>>().join(" ")).filter(|v| !v.is_empty())
 }
 
-/// At most 120 characters of an XML error (it may quote the file).
+/// An XML error as a message (it may quote the file; see [`text::xml_error`]).
 fn brief(e: &dyn std::fmt::Display) -> String {
-    e.to_string().chars().take(120).collect()
+    text::xml_error(e)
+}
+
+/// The attribute `name` of `e`. quick-xml's own lookup checks every attribute against every one
+/// before it for duplicates: quadratic in an element's attributes, which a hostile file may give
+/// by the hundred thousand.
+fn attribute<'a>(
+    e: &'a BytesStart<'a>,
+    name: &[u8],
+    line: usize,
+) -> Result<Option<quick_xml::events::attributes::Attribute<'a>>, ImportError> {
+    for attr in e.attributes().with_checks(false) {
+        let attr = attr.map_err(|err| ImportError::at(line, brief(&err)))?;
+        if attr.key.as_ref() == name {
+            return Ok(Some(attr));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

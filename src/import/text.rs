@@ -98,12 +98,70 @@ pub fn yyyymmdd(text: &str, line: usize) -> Result<i64, ImportError> {
 
 /// At most 40 characters of a value, for a message (a hostile file's value can be megabytes).
 pub fn shown(text: &str) -> String {
-    text.chars().take(40).collect()
+    readable(text, 40)
+}
+
+/// At most `max` characters of `text` as a person can read them in a message: control
+/// characters and undecodable bytes (U+FFFD) written as escapes (`\u{1b}`), never as they are.
+pub fn readable(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in text.chars().take(max) {
+        if c.is_control() || c == '\u{fffd}' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// An XML reader's error as a person reads it: without the reader's byte ranges (`at 1..5`,
+/// `range 1..5`), at most 120 characters.
+pub fn xml_error(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let mut words: Vec<&str> = Vec::new();
+    for w in text.split(' ') {
+        let range = |w: &str| {
+            let w = w.trim_end_matches([':', ',']);
+            w.split_once("..").is_some_and(|(a, b)| {
+                !a.is_empty()
+                    && a.bytes().all(|c| c.is_ascii_digit())
+                    && b.bytes().all(|c| c.is_ascii_digit())
+            })
+        };
+        if range(w) {
+            // "at range 1..5:" / "at 1..5:": drop the range and the words that lead to it.
+            while matches!(words.last(), Some(&"at") | Some(&"range") | Some(&"position")) {
+                words.pop();
+            }
+            if let Some(last) = words.last_mut() {
+                if w.ends_with(':') && !last.ends_with(':') {
+                    // Keep the colon that introduced what follows.
+                    words.push(":");
+                }
+            }
+            continue;
+        }
+        words.push(w);
+    }
+    let joined = words.join(" ").replace(" :", ":");
+    readable(&joined, 120)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quoted_text_shows_no_control_characters_and_errors_no_byte_ranges() {
+        assert_eq!(shown("1.00\u{1}\u{1b}[31m"), "1.00\\u{1}\\u{1b}[31m");
+        assert_eq!(shown("a\u{fffd}b"), "a\\u{fffd}b");
+        assert_eq!(
+            xml_error(&"Error while escaping character at range 1..5: Unrecognized escape symbol: \"lol9\""),
+            "Error while escaping character: Unrecognized escape symbol: \"lol9\""
+        );
+        assert_eq!(xml_error(&"ill-formed document: at 10..12"), "ill-formed document:");
+    }
 
     #[test]
     fn amounts_as_banks_write_them() {
