@@ -385,6 +385,7 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
                 payee: p.line.payee.as_deref().map(Text::from),
                 memo: p.line.memo.as_deref().map(Text::from),
                 import_id: Some(id.clone()),
+                schedule: None,
             })
         })
         .collect();

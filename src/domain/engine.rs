@@ -111,6 +111,8 @@ pub struct Ctx<'a> {
     docs: Vec<(Text, Option<Arc<Doc>>)>,
     /// Ids indexed without a record of their own (see [`Ctx::claim_id`]).
     claimed: Vec<Text>,
+    /// The user's next due day of a schedule, when this mutation changed it.
+    due: Option<Option<i64>>,
 }
 
 /// Keys an operation touched, in any order and repeated (an account is touched by each of its
@@ -161,12 +163,15 @@ pub struct Change {
     /// The lifetime ledger after the change (SPEC 13.2 item 10).
     pub ledger: Ledger,
     /// Transaction ids newly present in the main account's log (the /deposit 409 index), and
-    /// the import ids of records in any account (so a statement line is never applied twice).
+    /// the ids of records with a note in any account (so a statement line or a schedule's
+    /// occurrence is never applied twice).
     pub main_txids: Vec<Text>,
     /// Notes of the new records that carry one: account, sequence number, note.
     pub notes: Vec<(AccountId, u64, Arc<Note>)>,
     /// Settings written, in their new state (`None`: removed).
     pub docs: Vec<(Text, Option<Arc<Doc>>)>,
+    /// The user's next due day of a schedule, when it changed (`Some(None)`: none left).
+    pub due: Option<Option<i64>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -181,7 +186,14 @@ impl<'a> Ctx<'a> {
             removed: Vec::new(),
             docs: Vec::new(),
             claimed: Vec::new(),
+            due: None,
         }
+    }
+
+    /// Records the day the user's next scheduled occurrence falls due (`None`: no schedule
+    /// left), for the index the service's poster reads.
+    pub fn set_due(&mut self, day: Option<i64>) {
+        self.due = Some(day);
     }
 
     /// Puts `id` in the transaction-id index without a record: a statement line matched to a
@@ -214,8 +226,9 @@ impl<'a> Ctx<'a> {
         let mut seen = std::collections::HashSet::new();
         let mut notes = Vec::new();
         for (acc, seq, rec) in &records {
-            let imported = rec.note.as_ref().is_some_and(|n| n.import_id.is_some());
-            if (*acc == t.root || imported) && seen.insert(rec.id.as_str()) {
+            // A record made from outside (a statement line, a schedule's occurrence) has an id
+            // that must never be applied twice, whatever its account.
+            if (*acc == t.root || rec.note.is_some()) && seen.insert(rec.id.as_str()) {
                 main_txids.push(rec.id.clone());
             }
             if let Some(n) = &rec.note {
@@ -247,6 +260,7 @@ impl<'a> Ctx<'a> {
             main_txids,
             notes,
             docs: self.docs,
+            due: self.due,
         }
     }
 

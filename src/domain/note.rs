@@ -12,4 +12,7 @@ pub struct Note {
     pub memo: Option<Text>,
     /// The statement line's import id (also the record's transaction id).
     pub import_id: Option<Text>,
+    /// The schedule whose occurrence the record posted (its transaction id names the
+    /// occurrence).
+    pub schedule: Option<u64>,
 }

@@ -253,6 +253,8 @@ pub const IDEM: u8 = b'i';
 pub const NOTE: u8 = b'n';
 /// A user's settings (import rules, saved CSV mappings), by (user, key).
 pub const DOC: u8 = b's';
+/// The day each user's next scheduled occurrence falls due, by user id (the poster's index).
+pub const DUE: u8 = b'q';
 /// Engine metadata: format version, and the last journal record applied.
 pub const META_FORMAT: &[u8] = b"m:format";
 pub const META_APPLIED: &[u8] = b"m:applied";
@@ -422,6 +424,13 @@ pub fn change_key(user_no: u64, knowledge: u64) -> Key {
 
 pub fn note_key(user_no: u64, acc: u128, seq: u64) -> Key {
     fixed(NOTE, user_no, Some(acc), Some(seq))
+}
+
+pub fn due_key(user_id: &str) -> Key {
+    let mut k = Key::new();
+    k.push(DUE);
+    k.extend_from_slice(user_id.as_bytes());
+    k
 }
 
 pub fn doc_key(user_no: u64, key: &str) -> Key {

@@ -457,6 +457,22 @@ fn read_runs<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// Users whose next scheduled occurrence is due on or before `upto_day`, at most `max`.
+pub fn due_users(r: &dyn Rows, upto_day: i64, max: usize) -> Result<Vec<String>, StoreError> {
+    let mut out = Vec::new();
+    for (k, v) in r.prefix_rows(&[codec::DUE])? {
+        if decode::<i64>(&v)? <= upto_day {
+            let id = std::str::from_utf8(&k[1..])
+                .map_err(|_| StoreError::Corrupt(format!("bad due key {k:?}")))?;
+            out.push(id.to_string());
+            if out.len() >= max {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Every user id, in key order.
 pub fn user_ids(r: &dyn Rows) -> Result<Vec<String>, StoreError> {
     r.prefix_rows(&[codec::USER])?
@@ -691,6 +707,11 @@ fn rows_from(
         }
         RowWrite::Note { acc, seq, note } => put(out, codec::note_key(no, acc, seq), note),
         RowWrite::Doc { key, doc: Some(doc) } => put(out, codec::doc_key(no, key), doc),
+        RowWrite::Due { user_id, day: Some(day) } => put(out, codec::due_key(user_id), &day),
+        RowWrite::Due { user_id, day: None } => {
+            out.push((codec::due_key(user_id), None));
+            Ok(())
+        }
         RowWrite::Doc { key, doc: None } => {
             out.push((codec::doc_key(no, key), None));
             Ok(())
@@ -703,6 +724,7 @@ fn rows_from(
         RowWrite::IdemPut(rec) => src.put(out, codec::idem_key(no, &rec.key), rec, |s| s.idem_put.as_ref()),
         RowWrite::RemoveUser(user) => {
             out.push((codec::user_key(&user.user_id), None));
+            out.push((codec::due_key(&user.user_id), None));
             remove_listed(r, out, codec::USER_TAGS.map(|t| codec::user_prefix(t, no)))
         }
     })

@@ -55,6 +55,11 @@ pub enum RowWrite<'a> {
         seq: u64,
         note: &'a Note,
     },
+    /// The user's next due day of a schedule (`None`: no schedule due), by user id.
+    Due {
+        user_id: &'a str,
+        day: Option<i64>,
+    },
     /// A setting written (`None`: removed).
     Doc {
         key: &'a str,
@@ -108,6 +113,9 @@ pub fn row_writes<'a>(
     }
     for (key, doc) in &change.docs {
         f(RowWrite::Doc { key, doc: doc.as_deref() })?;
+    }
+    if let Some(day) = change.due {
+        f(RowWrite::Due { user_id: &user.user_id, day })?;
     }
     for (acc, _) in &change.removed {
         f(RowWrite::RemoveAccount(*acc))?;

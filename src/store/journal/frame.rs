@@ -50,6 +50,7 @@ impl From<ChangeV2> for crate::domain::engine::Change {
             main_txids,
             notes: Vec::new(),
             docs: Vec::new(),
+            due: None,
         }
     }
 }
@@ -169,6 +170,7 @@ pub(super) fn encode_commit(
     // Rare (imports and settings): through serde.
     enc(&c.notes, f)?;
     enc(&c.docs, f)?;
+    enc(&c.due, f)?;
     s.sync = put_option(sync, f);
     match idem {
         None => 0u8.put(f),
@@ -465,9 +467,9 @@ mod tests {
         let commit = Op::Commit { user, change: Default::default(), sync: None, idem: None };
         let mut p = vec![PAYLOAD_FORMAT];
         bincode::serde::encode_into_std_write(&commit, &mut p, bincode::config::standard()).unwrap();
-        // Format 2 had no notes and settings: the same bytes without their two empty lists
-        // (one byte each), which end the change.
-        let mut v2 = p[..p.len() - 4].to_vec();
+        // Format 2 had no notes, settings and due day: the same bytes without their two empty
+        // lists and `None` (one byte each), which end the change.
+        let mut v2 = p[..p.len() - 5].to_vec();
         v2.extend_from_slice(&p[p.len() - 2..]);
         v2[0] = PAYLOAD_FORMAT_V2;
         assert!(matches!(decode_payload(Path::new("x"), 1, &v2).unwrap(),

@@ -523,6 +523,10 @@ impl Store for JournalStore {
         Box::pin(async move { self.read(|r| sled_store::read_changes(r, user_no, after, upto, max)).await })
     }
 
+    fn due_users(&self, upto_day: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        Box::pin(async move { self.read(|r| sled_store::due_users(r, upto_day, max)).await })
+    }
+
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             // Queued operations first: the applier removes an id only once its rows are staged.
@@ -663,6 +667,7 @@ mod tests {
                         payee: Some(format!("p{}", at(i)).into()),
                         memo: None,
                         import_id: Some("imp:x".into()),
+                        schedule: Some(7),
                     };
                     (5, at(i) as u64, Arc::new(n))
                 })
@@ -674,6 +679,11 @@ mod tests {
                 ]
             } else {
                 Vec::new()
+            },
+            due: match shape % 3 {
+                0 => None,
+                1 => Some(None),
+                _ => Some(Some(at(2))),
             },
         };
         let user = UserRecord {

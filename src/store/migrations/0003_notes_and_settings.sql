@@ -15,3 +15,12 @@ CREATE TABLE user_settings (
     body bytea NOT NULL,
     PRIMARY KEY (user_no, key)
 );
+
+-- The day each user's next scheduled occurrence falls due: what every node's poster reads to find
+-- the users with something to post.
+CREATE TABLE schedule_due (
+    user_no bigint PRIMARY KEY,
+    user_id text NOT NULL,
+    day bigint NOT NULL
+);
+CREATE INDEX schedule_due_day ON schedule_due (day);

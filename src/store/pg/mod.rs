@@ -340,6 +340,19 @@ impl Store for PgStore {
         bounded(&self.stale, QUERY_WAIT, async move { txid_exists(&*self.conn().await?, user_no, id).await })
     }
 
+    fn due_users(&self, upto_day: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        bounded(&self.stale, QUERY_WAIT, async move {
+            let c = self.conn().await?;
+            let st = c
+                .prepare_cached("SELECT user_id FROM schedule_due WHERE day <= $1 ORDER BY day LIMIT $2")
+                .await
+                .map_err(pg_err)?;
+            let limit = i64::try_from(max).unwrap_or(i64::MAX);
+            let rows = c.query(&st, &[&upto_day, &limit]).await.map_err(pg_err)?;
+            rows.iter().map(|r| col(r, 0)).collect()
+        })
+    }
+
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         bounded(&self.stale, QUERY_WAIT, async move { next_user_no(&*self.conn().await?).await })
     }
