@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Browser test of the web page (docs/web.md): headless Chromium driven by selenium against the debug
-# binary that `cargo nextest run` built. Installs what it needs, picks a free port, uses a temp
-# data directory, stops the server at the end. Screenshots go to browser-screenshots/ (ignored).
+# binary that `cargo nextest run` built, or $PFM_BIN. Installs what it needs, picks a free port, uses
+# a temp data directory, stops the server at the end. Screenshots go to browser-screenshots/ (ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SELENIUM_VERSION=4.45.0
@@ -13,13 +13,15 @@ fi
 if [ "$(python3 -c 'import selenium; print(selenium.__version__)' 2>/dev/null)" != "$SELENIUM_VERSION" ]; then
   python3 -m pip install -q "selenium==$SELENIUM_VERSION"
 fi
-[ -x target/debug/pfm ] || cargo build --locked --bin pfm
+# PFM_BIN: another build of the server (a release build, another target directory).
+bin=${PFM_BIN:-target/debug/pfm}
+[ -n "${PFM_BIN:-}" ] || [ -x "$bin" ] || cargo build --locked --bin pfm
 
 data=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 log="$data/pfm.log"
 JWT_SECRET=browser-test-secret-browser-test-secret RUST_LOG="info,pfm=debug" \
-  target/debug/pfm --host 127.0.0.1 --port "$port" --data-dir "$data/db" >"$log" 2>&1 &
+  "$bin" --host 127.0.0.1 --port "$port" --data-dir "$data/db" >"$log" 2>&1 &
 pid=$!
 cleanup() {
   kill "$pid" 2>/dev/null || true
