@@ -17,6 +17,9 @@
     selected: null, // uuid
     expanded: new Set(),
     tx: { all: [], shown: [], page: 0 },
+    // The statement being imported: {req: what the preview sent, answer, committed}; see importCall.
+    imp: null,
+    impSeq: 0,
     txPages: new Map(), // uuid -> the account's log, as the API's pages (see fetchLog)
     chart: null,
     loadSeq: 0,
@@ -40,14 +43,19 @@
   }
 
   // Calls one endpoint. GET parameters go in the query string; everything else as a JSON body.
-  // Fails with the API's own error text. `extra`: more request headers.
-  async function api(method, path, params, extra) {
+  // Fails with the API's own error text. `extra`: more request headers. `raw`: a document sent
+  // as the body as it is (a bank statement for /import), the parameters then in the query.
+  async function api(method, path, params, extra, raw) {
     const opts = { method, headers: Object.assign({ Accept: 'application/json' }, extra || {}) };
     let url = path;
-    if (method === 'GET') {
+    if (method === 'GET' || raw !== undefined) {
       const q = new URLSearchParams(params || {}).toString();
       if (q) url += '?' + q;
-    } else {
+    }
+    if (raw !== undefined) {
+      opts.headers['Content-Type'] = 'application/octet-stream';
+      opts.body = raw;
+    } else if (method !== 'GET') {
       opts.headers['Content-Type'] = 'application/json';
       opts.body = JSON.stringify(params || {});
     }
@@ -293,6 +301,8 @@
     for (const f of document.querySelectorAll('[data-filled]')) delete f.dataset.filled;
     for (const f of document.querySelectorAll('[aria-invalid]')) f.removeAttribute('aria-invalid');
     clearMessages(document);
+    clearImport();
+    $('imp-csv').open = false;
     setNotice('');
   }
 
@@ -579,6 +589,8 @@
         sel.append(o);
       }
       if (prev && state.nodes.has(prev)) sel.value = prev;
+      // A statement is the main account's unless the person says otherwise.
+      else if (sel.id === 'imp-acc') sel.value = state.tree.account_uuid;
       else if (sel.id === 'mv-to') sel.value = (order.find((o) => o.node.account_uuid !== state.selected) || order[0]).node.account_uuid;
       else sel.value = state.selected;
     }
@@ -780,6 +792,185 @@
     $('tx-page').textContent = 'Page ' + (state.tx.page + 1) + ' of ' + pages + ' (' + list.length + ' transaction' + (list.length === 1 ? '' : 's') + ')';
     $('tx-prev').disabled = state.tx.page === 0;
     $('tx-next').disabled = state.tx.page >= pages - 1;
+  }
+
+  // ---------------------------------------------------------------- import
+
+  // import::MAX_FILE_BYTES. The server answers 413 to more, but only after the upload (or it
+  // closes the connection midway, which reads as "cannot reach the server"): say it before.
+  const MAX_IMPORT_BYTES = 8 * 1024 * 1024;
+  const FORMAT_NAMES = { ofx: 'OFX', qfx: 'QFX', camt053: 'CAMT.053', mt940: 'MT940', csv: 'CSV' };
+  const ACTION_TEXT = {
+    deposit: 'deposit',
+    withdraw: 'withdraw',
+    duplicate: 'duplicate (imported before)',
+    matched: 'matched',
+    needs_attention: 'needs attention',
+  };
+  // Lines whose envelope the person may choose: the ones a commit applies, and the ones a
+  // choice could make applicable (a debit with no envelope yet, or larger than its envelope).
+  const CHOOSABLE = ['deposit', 'withdraw', 'needs_attention'];
+
+  // Sends the statement of `req` ({bytes, uuid, mapping, envelopes}): a preview, or the commit.
+  // The same bytes as the preview are committed, whatever happened to the file on disk since.
+  function importCall(req, commit) {
+    const q = {};
+    if (req.uuid) q.uuid = req.uuid;
+    if (req.mapping) q.mapping = req.mapping;
+    if (Object.keys(req.envelopes).length) q.envelopes = JSON.stringify(req.envelopes);
+    if (commit) q.commit = 'true';
+    return api('POST', '/import', q, null, req.bytes);
+  }
+
+  // Forgets the statement: a preview no longer matching the form is never committed.
+  function clearImport() {
+    state.imp = null;
+    state.impSeq += 1;
+    $('import-commit').hidden = true;
+    $('import-commit').removeAttribute('aria-busy');
+    $('imp-table').tBodies[0].replaceChildren();
+    $('imp-summary').textContent = '';
+    clearMessages($('import-commit'));
+  }
+
+  const plural = (n, one, many) => n + ' ' + (n === 1 ? one : many);
+  const signed = (v) => (Number(v) > 0 ? '+' : '') + money(v);
+
+  function importSummary(r) {
+    const s = r.summary || {};
+    const n = (k) => Number(s[k] || 0);
+    const what = FORMAT_NAMES[r.format] || String(r.format || '');
+    const made = [plural(n('deposit'), 'deposit', 'deposits'), plural(n('withdraw'), 'withdrawal', 'withdrawals')];
+    const list = (xs) => (xs.length > 1 ? xs.slice(0, -1).join(', ') + ' and ' + xs[xs.length - 1] : xs[0]);
+    // Lines a commit leaves alone.
+    const out = [];
+    if (n('duplicate')) out.push(plural(n('duplicate'), 'duplicate', 'duplicates'));
+    if (n('matched')) out.push(n('matched') + ' matched to ' + (n('matched') === 1 ? 'a transaction' : 'transactions') + ' already recorded');
+    if (n('needs_attention')) out.push(n('needs_attention') + ' needing attention');
+    const left = out.length ? ' Not imported: ' + list(out) + '.' : '';
+    if (r.committed) {
+      return 'Imported from the ' + what + ' file: ' + list(made) + ', net ' + signed(s.net_amount) + '.' + left;
+    }
+    const lines = plural(n('lines'), 'line', 'lines') + ' in this ' + what + ' file';
+    if (n('deposit') + n('withdraw') === 0) return lines + ', nothing to import.' + left;
+    return lines + '. A commit makes ' + list(made) + ', net ' + signed(s.net_amount) + '.' + left + ' Nothing has changed yet.';
+  }
+
+  // An account's name: as the answer gives it (`envelope_name`), else as the tree has it.
+  function accountName(uuid, given) {
+    if (given) return given;
+    const e = state.nodes.get(uuid);
+    return e ? e.node.name : String(uuid);
+  }
+
+  // The envelope <select> of one line: every account of the tree, and "not chosen" (the server
+  // decides: an import rule, else the statement's account, else the line needs a choice).
+  function envelopeSelect(line, chosen) {
+    const sel = document.createElement('select');
+    sel.id = 'imp-env-' + line.line;
+    sel.dataset.line = String(line.line);
+    const none = el('option', '(not chosen)');
+    none.value = '';
+    sel.append(none);
+    const walk = (node, depth) => {
+      const o = el('option', '\u00a0\u00a0'.repeat(depth) + node.name + ' (' + money(node.balance) + ')');
+      o.value = node.account_uuid;
+      sel.append(o);
+      for (const c of kids(node)) walk(c, depth + 1);
+    };
+    if (state.tree) walk(state.tree, 0);
+    sel.value = chosen && state.nodes.has(chosen) ? chosen : '';
+    const label = el('label', 'Envelope for line ' + line.line, 'visually-hidden');
+    label.htmlFor = sel.id;
+    return [label, sel];
+  }
+
+  function importRow(line, committed) {
+    const action = String(line.action);
+    const tr = el('tr', null, 'imp-' + action.replace(/_/g, '-'));
+    tr.dataset.line = String(line.line);
+    tr.dataset.action = action;
+    // Each cell holds one box: at phone width a cell is a grid of its label and that box.
+    const cell = (label, text, cls) => {
+      const td = el('td', null, cls);
+      td.dataset.label = label;
+      const box = el('div', text);
+      td.append(box);
+      tr.append(td);
+      return box;
+    };
+    cell('Date', line.date || '-');
+    const who = cell('Payee / memo', null, 'imp-text');
+    if (line.payee) who.append(el('span', line.payee, 'payee'));
+    if (line.memo) who.append(el('span', line.memo, 'memo'));
+    if (!line.payee && !line.memo) who.textContent = '-';
+    // Money in green, out in red; a duplicate's in neither, as it moves nothing.
+    const sign = action === 'duplicate' ? '' : Number(line.amount) > 0 ? ' in' : Number(line.amount) < 0 ? ' out' : '';
+    cell('Amount', signed(line.amount), 'num' + sign);
+    const act = cell('Action', null, 'imp-action');
+    act.append(el('span', ACTION_TEXT[action] || action, 'act'));
+    if (line.reason) act.append(el('span', line.reason, 'why'));
+    if (line.matched) act.append(el('span', 'with ' + line.matched, 'why'));
+    const env = cell('Envelope', null, 'imp-env');
+    if (!committed && CHOOSABLE.includes(action)) {
+      // The person's choice, else the one the answer made (an import rule's).
+      const key = String(line.line);
+      const mine = Object.prototype.hasOwnProperty.call(state.imp.req.envelopes, key);
+      env.append(...envelopeSelect(line, mine ? state.imp.req.envelopes[key] : line.envelope));
+    } else {
+      // What the answer says the line went to or came from.
+      env.append(el('span', line.envelope ? accountName(line.envelope, line.envelope_name) : '-'));
+    }
+    if (line.rule !== undefined && line.rule !== null) env.append(el('span', 'by rule ' + line.rule, 'why'));
+    return tr;
+  }
+
+  // Shows an answer of /import; the keyboard focus stays on the envelope it was on.
+  function renderImport(r) {
+    const imp = state.imp;
+    imp.answer = r;
+    imp.committed = Boolean(r.committed);
+    const body = $('imp-table').tBodies[0];
+    const focused = body.contains(document.activeElement) ? document.activeElement.id : null;
+    const rows = (r.lines || []).map((line) => importRow(line, imp.committed));
+    if (!rows.length) {
+      const tr = el('tr');
+      const td = el('td', 'The file holds no transactions.');
+      td.colSpan = 5;
+      tr.append(td);
+      rows.push(tr);
+    }
+    body.replaceChildren(...rows);
+    $('imp-h').textContent = imp.committed ? 'Imported' : 'Preview';
+    $('imp-summary').textContent = importSummary(r);
+    const s = r.summary || {};
+    $('imp-commit-btn').hidden = imp.committed || Number(s.deposit || 0) + Number(s.withdraw || 0) === 0;
+    $('import-commit').hidden = false;
+    if (focused && $(focused)) $(focused).focus();
+  }
+
+  // A changed envelope: preview again with every choice made so far. Only the latest answer
+  // is shown, and none after a commit.
+  async function repreview() {
+    const imp = state.imp;
+    const gen = state.gen;
+    const seq = ++state.impSeq;
+    const errorEl = $('import-commit').querySelector('[data-error]');
+    clearMessages($('import-commit'));
+    const current = () => imp === state.imp && gen === state.gen && seq === state.impSeq && !imp.committed;
+    const result = $('import-commit');
+    result.setAttribute('aria-busy', 'true');
+    let r;
+    try {
+      r = await importCall(imp.req, false);
+    } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      if (current()) errorEl.textContent = e.message;
+      return;
+    } finally {
+      if (seq === state.impSeq) result.removeAttribute('aria-busy');
+    }
+    if (current()) renderImport(r);
   }
 
   // ---------------------------------------------------------------- chart
@@ -1069,6 +1260,66 @@
       await load(true);
       // Under the form (now the parent's), where the person is looking.
       return 'Deleted ' + entry.node.name + '; its money went to ' + entry.parent.name + '.';
+    });
+
+    // Import: preview the chosen file, change envelopes (each change previews again), commit.
+    // A change to the file, account or mapping drops the preview shown, so what is committed
+    // is always what was previewed.
+    for (const ev of ['input', 'change']) $('import-form').addEventListener(ev, () => clearImport());
+    onSubmit($('import-form'), async (v, f, alive) => {
+      clearImport();
+      const seq = state.impSeq;
+      const file = $('imp-file').files[0];
+      if (!file) throw new ApiError('Choose a statement file first.', 400);
+      if (file.size > MAX_IMPORT_BYTES) {
+        throw new ApiError('The file is ' + (file.size / 1048576).toFixed(1) + ' MiB: an import takes at most 8 MiB. Export a shorter period.', 413);
+      }
+      const req = { bytes: await file.arrayBuffer(), uuid: v.uuid, mapping: v.mapping, envelopes: {} };
+      let r;
+      try {
+        r = await importCall(req, false);
+      } catch (e) {
+        // A CSV file without a (valid) mapping: show where it goes.
+        if (e instanceof ApiError && /mapping/i.test(e.message)) $('imp-csv').open = true;
+        throw e;
+      }
+      if (!alive() || seq !== state.impSeq) return '';
+      state.imp = { req, answer: r, committed: false };
+      renderImport(r);
+      return '';
+    });
+    $('imp-table').addEventListener('change', (ev) => {
+      const sel = ev.target.closest('select[data-line]');
+      if (!sel || !state.imp || state.imp.committed) return;
+      if (sel.value) state.imp.req.envelopes[sel.dataset.line] = sel.value;
+      else delete state.imp.req.envelopes[sel.dataset.line];
+      repreview();
+    });
+    onSubmit($('import-commit'), async (v, f, alive) => {
+      const imp = state.imp;
+      if (!imp || imp.committed) return '';
+      // A preview answered after the commit would show the lines as duplicates.
+      state.impSeq += 1;
+      f.removeAttribute('aria-busy');
+      let r;
+      try {
+        r = await importCall(imp.req, true);
+      } catch (e) {
+        // Lines are never imported twice (import ids), so the answer is one preview away.
+        if (e instanceof ApiError && e.uncertain) {
+          e.message = e.message.replace(/\.?$/, '.') + ' It may have been imported: preview the file again to see (imported lines show as duplicates).';
+        }
+        throw e;
+      }
+      if (!alive()) return '';
+      load();
+      // Unless the person has moved on to another file meanwhile, show what was done.
+      if (imp === state.imp) {
+        renderImport(r);
+        // The Commit button is gone: the focus goes to what it did.
+        $('imp-h').focus();
+      }
+      return '';
     });
 
     $('tx-filter').addEventListener('submit', (ev) => {
