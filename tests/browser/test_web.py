@@ -37,7 +37,8 @@ PASSWORD = "correct horse 1"
 WAIT = 10
 
 # The requests the walk makes fail on purpose (a withdrawal over the balance, a second
-# registration, a bad repeat period, a rejected token, a deposit while offline): Chromium logs
+# registration, a bad repeat period, a rejected token, a deposit while offline, statements that
+# cannot be read): Chromium logs
 # every 4xx fetch as a network error; any other error-level console entry fails the test.
 EXPECTED_NETWORK_ERRORS = [
     re.compile(r"/withdraw - Failed to load resource: the server responded with a status of 400"),
@@ -46,6 +47,7 @@ EXPECTED_NETWORK_ERRORS = [
     re.compile(r"/get_minimal_tree\?[^ ]* - Failed to load resource: the server responded with a status of 401"),
     re.compile(r"/get_minimal_tree\?[^ ]* - Failed to load resource: the server responded with a status of 429"),
     re.compile(r"/deposit - Failed to load resource: net::ERR_INTERNET_DISCONNECTED"),
+    re.compile(r"/import\?[^ ]* - Failed to load resource: the server responded with a status of 400"),
 ]
 
 shot_no = 0
@@ -254,6 +256,70 @@ def api(d, method, path, params):
 
 def uuid_of(d, name):
     return node(d, name)["uuid"]
+
+
+# An OFX 1.x statement (SGML, no closing tags on data elements): one credit, two debits, each
+# with the bank's id (FITID); a payee is the script-like name, as its entities.
+OFX_HEADER = (
+    "OFXHEADER:100\nDATA:OFXSGML\nVERSION:102\nSECURITY:NONE\nENCODING:USASCII\nCHARSET:1252\n"
+    "COMPRESSION:NONE\nOLDFILEUID:NONE\nNEWFILEUID:NONE\n\n"
+)
+
+
+def ofx(transactions):
+    return (
+        OFX_HEADER + "<OFX>\n<BANKMSGSRSV1>\n<STMTTRNRS>\n<TRNUID>1\n<STMTRS>\n<CURDEF>USD\n"
+        "<BANKACCTFROM>\n<BANKID>121099999\n<ACCTID>55501234\n<ACCTTYPE>CHECKING\n</BANKACCTFROM>\n"
+        "<BANKTRANLIST>\n<DTSTART>20251101\n<DTEND>20251130\n" + transactions + "</BANKTRANLIST>\n"
+        "</STMTRS>\n</STMTTRNRS>\n</BANKMSGSRSV1>\n</OFX>\n"
+    )
+
+
+STATEMENT = ofx(
+    "<STMTTRN>\n<TRNTYPE>CREDIT\n<DTPOSTED>20251103\n<TRNAMT>250.00\n<FITID>WEB-1\n<NAME>Employer Ltd\n</STMTTRN>\n"
+    "<STMTTRN>\n<TRNTYPE>DEBIT\n<DTPOSTED>20251105\n<TRNAMT>-12.34\n<FITID>WEB-2\n"
+    "<NAME>&lt;img src=x onerror=alert(1)&gt;\n<MEMO>coffee &amp; cake\n</STMTTRN>\n"
+    "<STMTTRN>\n<TRNTYPE>DEBIT\n<DTPOSTED>20251107\n<TRNAMT>-45.00\n<FITID>WEB-3\n<NAME>Corner grocer\n</STMTTRN>\n"
+)
+
+# What the preview table shows, one dict per line, read in one script run.
+IMPORT_ROWS_JS = """
+return [...document.querySelectorAll('#imp-table tbody tr[data-line]')].map(tr => {
+  const td = tr.querySelectorAll(':scope > td');
+  const sel = tr.querySelector('select');
+  return {
+    line: tr.dataset.line,
+    action: tr.dataset.action,
+    date: td[0].textContent,
+    payee: (td[1].querySelector('.payee') || {}).textContent || null,
+    memo: (td[1].querySelector('.memo') || {}).textContent || null,
+    amount: td[2].textContent,
+    why: [...td[3].querySelectorAll('.why')].map(e => e.textContent).join(' '),
+    envelope: sel ? sel.id : td[4].textContent,
+    chosen: sel ? sel.selectedOptions[0].textContent : null,
+  };
+});
+"""
+
+
+def import_rows(d):
+    return d.execute_script(IMPORT_ROWS_JS)
+
+
+def money_of(s):
+    return round(float(s.replace(",", "")), 2)
+
+
+def import_file(d, path):
+    """Chooses `path` in the import panel's file input and asks for a preview."""
+    e = by_id(d, "imp-file")
+    e.clear()
+    e.send_keys(path)
+    submit(d, "import-form")
+
+
+def import_idle(d):
+    return d.execute_script("return !document.getElementById('import-commit').hasAttribute('aria-busy')")
 
 
 def run(d):
@@ -468,6 +534,95 @@ def run(d):
     wait_for(d, lambda: "income 1,006.00" in text(d, "chart-sum"), "chart sums")  # 2020's is outside
     Select(by_id(d, "chart-range")).select_by_value("365")
     wait_for(d, lambda: "per month" in text(d, "chart-sum"), "monthly chart")
+
+    # ---- import a bank statement: preview, choose an envelope, commit, import again
+    work = tempfile.mkdtemp(prefix="pfm-import-")
+    check(Select(by_id(d, "imp-acc")).first_selected_option.get_property("textContent").startswith("Main ("),
+          "the import's account is not Main by default")
+    # Too large for an import: said before anything is sent.
+    big = os.path.join(work, "huge.ofx")
+    with open(big, "wb") as f:
+        f.truncate(9 * 1024 * 1024)
+    import_file(d, big)
+    wait_for(d, lambda: "at most 8 MiB" in form_error(d, "import-form"), "the too-large file refused in the page")
+    # A file the server cannot read: its error, naming the line, under the form.
+    bad = os.path.join(work, "bad.ofx")
+    with open(bad, "w") as f:
+        f.write(ofx("<STMTTRN>\n<TRNTYPE>DEBIT\n<DTPOSTED>20251345\n<TRNAMT>-1.00\n<FITID>X\n</STMTTRN>\n"))
+    import_file(d, bad)
+    want = "line 27: `20251345` is not a date"
+    wait_for(d, lambda: form_error(d, "import-form") == want, f"inline error {want!r}")
+    check(not by_id(d, "import-commit").is_displayed(), "a refused file left a preview to commit")
+    # A CSV file needs a mapping: the mapping field opens.
+    csv = os.path.join(work, "bank.csv")
+    with open(csv, "w") as f:
+        f.write("Date,Amount,Payee\n2025-11-03,10.00,Someone\n")
+    check(not by_id(d, "imp-mapping").is_displayed(), "the mapping field is open before it is needed")
+    import_file(d, csv)
+    wait_for(d, lambda: "mapping" in form_error(d, "import-form"), "a CSV without a mapping refused")
+    check(by_id(d, "imp-mapping").is_displayed(), "the mapping field did not open")
+    check(by_id(d, "imp-mapping").get_attribute("aria-invalid") == "true", "the mapping is not marked invalid")
+    # The statement: every line shown as text, the script-like payee included. Main splits its
+    # money further, so a debit waits for an envelope; "2027" (allocation 0, so out of every
+    # deposit's way) holds 100.00 to pay them from.
+    api(d, "POST", "/change_account_status", {"uuid": uuid_of(d, "2027"), "status": "active"})
+    api(d, "POST", "/move_balance", {"from_uuid": uuid_of(d, "Main"), "to_uuid": uuid_of(d, "2027"), "amount": "100"})
+    by_id(d, "refresh").click()
+    wait_for(d, lambda: node_balance(d, "2027") == "100.00", "2027 holds 100.00")
+    path = os.path.join(work, "statement.ofx")
+    with open(path, "w") as f:
+        f.write(STATEMENT)
+    import_file(d, path)
+    wait_for(d, lambda: len(import_rows(d)) == 3, "the preview's three lines")
+    check(form_error(d, "import-form") == "", f"preview error: {form_error(d, 'import-form')}")
+    rows = import_rows(d)
+    got = [(r["date"], r["amount"], r["action"]) for r in rows]
+    want = [("2025-11-03", "+250.00", "deposit"), ("2025-11-05", "-12.34", "needs_attention"),
+            ("2025-11-07", "-45.00", "needs_attention")]
+    check(got == want, f"preview rows: {got}")
+    check(rows[1]["payee"] == XSS and rows[1]["memo"] == "coffee & cake", f"payee and memo as text: {rows[1]}")
+    check(d.find_elements(By.CSS_SELECTOR, "#import img") == [], "an <img> was injected by the statement")
+    check(all(r["envelope"].startswith("imp-env-") for r in rows), "a line to import offers no envelope")
+    check(rows[0]["chosen"].strip().startswith("Main ("), f"the deposit's envelope shown is {rows[0]['chosen']!r}")
+    check(rows[2]["chosen"] == "(not chosen)" and "no envelope chosen" in rows[2]["why"], f"the debit: {rows[2]}")
+    check("Nothing has changed yet" in text(d, "imp-summary"), text(d, "imp-summary"))
+    shot(d, "import-preview")
+    # Pay both debits from "2027": each choice previews again, the focus staying on it.
+    for row in rows[1:]:
+        sel = by_id(d, row["envelope"])
+        check(d.execute_script("return arguments[0].labels.length", sel) == 1, "an envelope choice has no label")
+        d.execute_script("arguments[0].focus()", sel)
+        choose(d, row["envelope"], "2027")
+        wait_for(d, lambda: import_idle(d), "the preview with the chosen envelope")
+        error = by_id(d, "import-commit").find_element(By.CSS_SELECTOR, "[data-error]").get_property("textContent")
+        check(error == "", f"the envelope's preview failed: {error}")
+        check(focused_id(d) == row["envelope"], f"focus after a new preview is on {focused_id(d)}")
+    rows = import_rows(d)
+    check([r["action"] for r in rows] == ["deposit", "withdraw", "withdraw"], f"after the choices: {rows}")
+    check(all(r["chosen"].strip().startswith("2027 (") for r in rows[1:]), f"the envelopes shown: {rows}")
+    check("A commit makes 1 deposit and 2 withdrawals, net +192.66." in text(d, "imp-summary"), text(d, "imp-summary"))
+    check(node_balance(d, "2027") == "100.00", "a preview moved money")
+    total_before = money_of(text(d, "t-balance"))
+    # Commit by keyboard: the debits come out of 2027, the credit flows down from Main.
+    by_id(d, "imp-commit-btn").send_keys(Keys.ENTER)
+    wait_for(d, lambda: text(d, "imp-h") == "Imported", "the import committed")
+    check(focused_id(d) == "imp-h", f"focus after the commit is on {focused_id(d)}")
+    check(text(d, "imp-summary") == "Imported from the OFX file: 1 deposit and 2 withdrawals, net +192.66.",
+          text(d, "imp-summary"))
+    check([r["envelope"] for r in import_rows(d)] == ["Main", "2027", "2027"], f"applied: {import_rows(d)}")
+    check(not by_id(d, "imp-commit-btn").is_displayed(), "Commit offered again after the commit")
+    wait_for(d, lambda: money_of(text(d, "t-balance")) == round(total_before + 192.66, 2),
+             f"total balance {total_before} + 192.66 after the import")
+    wait_for(d, lambda: node_balance(d, "2027") == "42.66", "both debits paid from 2027 (100.00 - 12.34 - 45.00)")
+    # The same file again: every line is a duplicate, and there is nothing to commit.
+    submit(d, "import-form")
+    wait_for(d, lambda: text(d, "imp-h") == "Preview", "the second preview")
+    wait_for(d, lambda: [r["action"] for r in import_rows(d)] == ["duplicate"] * 3, "every line a duplicate")
+    check(not by_id(d, "imp-commit-btn").is_displayed(), "Commit offered for duplicates only")
+    want = "3 lines in this OFX file, nothing to import. Not imported: 3 duplicates."
+    check(text(d, "imp-summary") == want, text(d, "imp-summary"))
+    check(money_of(text(d, "t-balance")) == round(total_before + 192.66, 2), "a preview changed the balance")
+    shot(d, "import-duplicates")
 
     # ---- delete with a confirmation that says where the money goes
     select_account(d, "Food")
