@@ -222,8 +222,8 @@ fn rules_and_the_clients_choices_pick_each_lines_envelope() {
     assert_eq!(lines[2]["action"], "needs_attention");
     assert!(lines[2]["reason"].as_str().unwrap().starts_with("no envelope chosen"), "{}", r.text);
     // The person chooses Fun for the streaming line and commits.
-    let line = lines[2]["line"].as_i64().unwrap();
-    let choice = pct(&json!({ line.to_string(): fun }).to_string());
+    let id = lines[2]["import_id"].as_str().unwrap().to_string();
+    let choice = pct(&json!({ id.clone(): fun }).to_string());
     let r = import(&s, &tok, &format!("commit=true&envelopes={choice}"), OFX.as_bytes());
     r.ok();
     let lines = r.json["lines"].as_array().unwrap();
@@ -236,7 +236,7 @@ fn rules_and_the_clients_choices_pick_each_lines_envelope() {
     let total = s.get(&tok, "/compute_total_balance", &format!("uuid={main}"));
     assert_eq!(total.json["total_balance"], json!(1444.81), "{}", total.text);
     // A choice naming no line of the file, or no account, is refused and changes nothing.
-    let bad = pct(&json!({"999": fun}).to_string());
+    let bad = pct(&json!({"imp:000111222:A9": fun}).to_string());
     let r = import(
         &s,
         &tok,
@@ -244,8 +244,8 @@ fn rules_and_the_clients_choices_pick_each_lines_envelope() {
         OFX.replace("<FITID>A", "<FITID>Z").as_bytes(),
     );
     assert_eq!(r.status, 400, "{}", r.text);
-    assert!(r.err().contains("line 999"), "{}", r.text);
-    let bad = pct(&json!({ line.to_string(): "accnope" }).to_string());
+    assert!(r.err().contains("imp:000111222:A9 is not the import id of a line"), "{}", r.text);
+    let bad = pct(&json!({ id.replace(":A", ":Z"): "accnope" }).to_string());
     let r = import(
         &s,
         &tok,

@@ -865,10 +865,13 @@
 
   // The envelope <select> of one line: every account of the tree, and "not chosen" (the server
   // decides: an import rule, else the statement's account, else the line needs a choice).
-  function envelopeSelect(line, chosen) {
+  function envelopeSelect(line, chosen, i) {
     const sel = document.createElement('select');
-    sel.id = 'imp-env-' + line.line;
+    // By import id: several lines may share a line number (an OFX file written on one line).
+    // Named by the row's place, which a new preview of the same file keeps (focus returns to it).
+    sel.id = 'imp-env-' + i;
     sel.dataset.line = String(line.line);
+    sel.dataset.importId = String(line.import_id);
     const none = el('option', '(not chosen)');
     none.value = '';
     sel.append(none);
@@ -885,7 +888,7 @@
     return [label, sel];
   }
 
-  function importRow(line, committed) {
+  function importRow(line, committed, i) {
     const action = String(line.action);
     const tr = el('tr', null, 'imp-' + action.replace(/_/g, '-'));
     tr.dataset.line = String(line.line);
@@ -914,9 +917,9 @@
     const env = cell('Envelope', null, 'imp-env');
     if (!committed && CHOOSABLE.includes(action)) {
       // The person's choice, else the one the answer made (an import rule's).
-      const key = String(line.line);
+      const key = String(line.import_id);
       const mine = Object.prototype.hasOwnProperty.call(state.imp.req.envelopes, key);
-      env.append(...envelopeSelect(line, mine ? state.imp.req.envelopes[key] : line.envelope));
+      env.append(...envelopeSelect(line, mine ? state.imp.req.envelopes[key] : line.envelope, i));
     } else {
       // What the answer says the line went to or came from.
       env.append(el('span', line.envelope ? accountName(line.envelope, line.envelope_name) : '-'));
@@ -932,7 +935,7 @@
     imp.committed = Boolean(r.committed);
     const body = $('imp-table').tBodies[0];
     const focused = body.contains(document.activeElement) ? document.activeElement.id : null;
-    const rows = (r.lines || []).map((line) => importRow(line, imp.committed));
+    const rows = (r.lines || []).map((line, i) => importRow(line, imp.committed, i));
     if (!rows.length) {
       const tr = el('tr');
       const td = el('td', 'The file holds no transactions.');
@@ -1291,8 +1294,8 @@
     $('imp-table').addEventListener('change', (ev) => {
       const sel = ev.target.closest('select[data-line]');
       if (!sel || !state.imp || state.imp.committed) return;
-      if (sel.value) state.imp.req.envelopes[sel.dataset.line] = sel.value;
-      else delete state.imp.req.envelopes[sel.dataset.line];
+      if (sel.value) state.imp.req.envelopes[sel.dataset.importId] = sel.value;
+      else delete state.imp.req.envelopes[sel.dataset.importId];
       repreview();
     });
     onSubmit($('import-commit'), async (v, f, alive) => {

@@ -32,7 +32,7 @@ use crate::domain::note::Note;
 use crate::domain::origin::Origin;
 use crate::domain::text::Text;
 use crate::domain::tree::{fmt_uuid, AccountId, Tree};
-use crate::import::{self, Format, Line, Statement};
+use crate::import::{self, text, Format, Line, Statement};
 use crate::store::users::UserState;
 
 /// How many days apart a statement line and an existing transaction of the same amount may be
@@ -62,7 +62,7 @@ static ENVELOPES: Param = Param::text(
     "envelopes",
     None,
     Some(65_536),
-    "JSON object from a line number (the preview's `line`) to the account that line goes to or comes from; overrides the rules.",
+    "JSON object from a line's import id (the preview's `import_id`) to the account that line goes to or comes from; overrides the rules.",
 );
 static COMMIT: Param = Param::new(
     "commit",
@@ -100,7 +100,7 @@ pub static IMPORT: Endpoint = Endpoint {
         row!(404, "`uuid` is not an account of the tree", "`Account not found`"),
         row!(
             400,
-            "`envelopes` is not an object of line numbers and accounts of the tree",
+            "`envelopes` is not an object of the statement's import ids and accounts of the tree",
             "`Invalid envelopes: <why>`"
         ),
     ],
@@ -223,22 +223,26 @@ fn read_file(rq: &Rq, docs: &Docs) -> Result<(Format, Vec<Statement>), ApiError>
     Ok((format, statements))
 }
 
-/// The `envelopes` parameter: line number to account.
-fn overrides(rq: &Rq, planned: &[Planned], tree: &Tree) -> Result<HashMap<u64, AccountId>, ApiError> {
-    let Some(text) = rq.params.text_of(&ENVELOPES)? else { return Ok(HashMap::new()) };
+/// The `envelopes` parameter: import id to account. Keyed by import id, not line number:
+/// several transactions may share a line (an OFX file written on one line).
+fn overrides(rq: &Rq, planned: &[Planned], tree: &Tree) -> Result<HashMap<String, AccountId>, ApiError> {
+    let Some(json) = rq.params.text_of(&ENVELOPES)? else { return Ok(HashMap::new()) };
     let bad = |why: String| ApiError::bad(format!("Invalid envelopes: {why}"));
-    let map: HashMap<String, String> = serde_json::from_str(&text)
-        .map_err(|e| bad(format!("{e} (an object of line numbers and account uuids)")))?;
-    let lines: HashSet<u64> = planned.iter().map(|p| p.line.source_line as u64).collect();
+    let map: HashMap<String, String> = serde_json::from_str(&json)
+        .map_err(|e| bad(format!("{e} (an object of import ids and account uuids)")))?;
+    let ids: HashSet<&str> = planned.iter().map(|p| p.id.as_str()).collect();
     let mut out = HashMap::with_capacity(map.len());
-    for (line, uuid) in map {
-        let n: u64 = line.trim().parse().map_err(|_| bad(format!("'{line}' is not a line number")))?;
-        if !lines.contains(&n) {
-            return Err(bad(format!("line {n} is not a line of this statement")));
+    for (id, uuid) in map {
+        if !ids.contains(id.as_str()) {
+            return Err(bad(format!(
+                "{} is not the import id of a line of this statement",
+                text::shown(&id)
+            )));
         }
-        let acc =
-            tree.by_uuid_str(&uuid).ok_or_else(|| bad(format!("line {n}: account {uuid} not found")))?;
-        out.insert(n, acc.uuid);
+        let acc = tree
+            .by_uuid_str(&uuid)
+            .ok_or_else(|| bad(format!("{}: account {} not found", text::shown(&id), text::shown(&uuid))))?;
+        out.insert(id, acc.uuid);
     }
     Ok(out)
 }
@@ -247,7 +251,7 @@ fn overrides(rq: &Rq, planned: &[Planned], tree: &Tree) -> Result<HashMap<u64, A
 /// the target (for a withdrawal, only when the target has no child accounts).
 fn choices(
     planned: &[Planned],
-    chosen: &HashMap<u64, AccountId>,
+    chosen: &HashMap<String, AccountId>,
     rules: &Rules,
     tree: &Tree,
     target: AccountId,
@@ -258,7 +262,7 @@ fn choices(
         .iter()
         .map(|p| {
             let l = p.line;
-            if let Some(a) = chosen.get(&(l.source_line as u64)) {
+            if let Some(a) = chosen.get(&p.id) {
                 return Choice::Chosen(*a);
             }
             match matcher.choose(l.payee.as_deref(), l.memo.as_deref(), l.amount_cents) {
