@@ -762,3 +762,56 @@ fn twenty_thousand_and_one_lines_are_refused_naming_the_line_past_the_limit() {
     }
     a.unchanged(&s);
 }
+
+/// A CAMT root element with 40,000 attributes (390 KB) is answered within the bound: the root's
+/// attributes are read in linear time. quick-xml's own duplicate check compares each attribute
+/// with every one before it; reading the namespace through it took 33 s for these in a debug
+/// build (3.5 s in release), and 8 MiB holds 20 times as many attributes, 400 times the time.
+#[test]
+fn a_camt_root_with_many_attributes_is_answered_within_the_bound() {
+    let s = Srv::start();
+    let a = Account::new(&s, "hostile_attributes");
+    let attrs: String = (0..40_000).map(|i| format!(" a{i}=\"\"")).collect();
+    let body = Fmt::Camt.around(item((2025, 1, 7), "1.00", "A3")).replacen(
+        "<Document ",
+        &format!("<Document{attrs} "),
+        1,
+    );
+    let (r, took) = send(&s, &a.tok, "commit=true&format=camt053", body.as_bytes());
+    assert!(r.status == 200 || r.status == 400, "{}", r.text);
+    assert!(took < BOUND, "{} bytes answered after {took:?}", body.len());
+    eprintln!("{} bytes answered {} in {took:?}", body.len(), r.status);
+}
+
+/// Messages a person can read: a value quoted from a file shows no control characters (a CSV
+/// field or an OFX value of binary data: NULs, an escape sequence), and an XML reader's error
+/// says what is wrong without the reader's byte ranges.
+#[test]
+fn messages_about_binary_data_and_unknown_entities_are_clear() {
+    let s = Srv::start();
+    let a = Account::new(&s, "hostile_clarity");
+    let mut csv = Fmt::Csv.head().into_bytes();
+    csv.extend_from_slice(Fmt::Csv.line(&BEFORE[0]).as_bytes());
+    csv.extend_from_slice(b"2025-01-06,\x00\x01\x02\xff\xfe,G2,Payee\n");
+    let ofx = Fmt::Ofx1
+        .around(item((2025, 1, 7), "1.00", "C3"))
+        .replace("<TRNAMT>1.00", "<TRNAMT>1.00\x01\x1b[31m");
+    let entity = undefined_entity();
+    let cases = [
+        (Fmt::Csv.query(), csv, 3),
+        ("format=ofx".to_string(), ofx.clone().into_bytes(), line_of(&ofx, "C3")),
+        (String::new(), entity.clone().into_bytes(), line_of(&entity, "E3")),
+    ];
+    let mut unclear = Vec::new();
+    for (query, body, line) in cases {
+        let (r, took) = send(&s, &a.tok, &format!("commit=true&{query}"), &body);
+        assert_eq!(r.status, 400, "{}", r.text);
+        let msg = r.err();
+        assert!(msg.starts_with(&format!("line {line}: ")) && took < BOUND, "{msg:?}");
+        if msg.chars().any(|c| c.is_control() || c == '\u{fffd}') || msg.contains("..") {
+            unclear.push(msg);
+        }
+    }
+    a.unchanged(&s);
+    assert!(unclear.is_empty(), "{unclear:#?}");
+}
