@@ -8,6 +8,7 @@ pub mod frac;
 pub mod note;
 pub mod num;
 pub mod origin;
+pub mod recur;
 pub mod status;
 pub mod text;
 pub mod tree;
