@@ -89,6 +89,11 @@ pub struct Config {
     /// shorter ones are sent whole
     #[arg(long = "stream-min-records", env = "STREAM_MIN_RECORDS", default_value_t = 4096)]
     pub stream_min_records: u64,
+    /// Milliseconds between passes of the poster, which posts the scheduled transactions that
+    /// fell due (docs/schedules.md); each pass posts everything due up to today
+    #[arg(long = "schedule-poll-ms", env = "SCHEDULE_POLL_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(10..))]
+    pub schedule_poll_ms: u64,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -137,6 +142,7 @@ impl Config {
             log_format: "text".into(),
             database_url: None,
             checkpoint_interval_ms: 5000,
+            schedule_poll_ms: 30_000,
             worker_threads: 0,
             journal_segment_bytes: crate::store::journal::SEGMENT_BYTES,
             stream_min_records: 4096,

@@ -2,7 +2,7 @@
 //! handler; this table is what the router, the OpenAPI document and the metrics labels read.
 
 use super::decl::{row, Access, Body, Endpoint, Param, Row, Shape, Verb};
-use super::{analytics, attrs, auth, import, import_settings as settings, money, sync, tree};
+use super::{analytics, attrs, auth, import, import_settings as settings, money, schedules, sync, tree};
 
 /// Which handler answers a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +59,14 @@ pub enum Ep {
     ListCsvMappings,
     SaveCsvMapping,
     DeleteCsvMapping,
+    /// Scheduled transactions (docs/schedules.md).
+    ListSchedules,
+    CreateSchedule,
+    UpdateSchedule,
+    DeleteSchedule,
+    SkipSchedule,
+    PostSchedule,
+    Upcoming,
     /// Operational endpoints answered by `http` itself, never by a handler.
     Ops(Op),
 }
@@ -172,6 +180,13 @@ pub static ENDPOINTS: &[&Endpoint] = &[
     &settings::LIST_MAPPINGS,
     &settings::SAVE_MAPPING,
     &settings::DELETE_MAPPING,
+    &schedules::LIST,
+    &schedules::CREATE,
+    &schedules::UPDATE,
+    &schedules::DELETE,
+    &schedules::SKIP,
+    &schedules::POST_NOW,
+    &schedules::UPCOMING,
 ];
 
 /// Members the reference writes as R data frames (rows of plain values, SPEC 8.3, 10.18): the

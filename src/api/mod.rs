@@ -11,6 +11,8 @@ pub mod endpoints;
 mod error;
 mod import;
 mod import_settings;
+mod schedules;
+pub use schedules::{poster_pass, run_poster};
 pub mod json;
 pub mod logs;
 mod money;
@@ -204,6 +206,13 @@ fn call<'a>(app: &'a App, ep: Ep, rq: &'a Rq) -> Handling<'a> {
         Ep::ListCsvMappings => fields(import_settings::list_mappings(app, rq)),
         Ep::SaveCsvMapping => writes(import_settings::save_mapping(app, rq)),
         Ep::DeleteCsvMapping => writes(import_settings::delete_mapping(app, rq)),
+        Ep::ListSchedules => fields(schedules::list(app, rq)),
+        Ep::CreateSchedule => writes(schedules::create(app, rq)),
+        Ep::UpdateSchedule => writes(schedules::update(app, rq)),
+        Ep::DeleteSchedule => writes(schedules::delete(app, rq)),
+        Ep::SkipSchedule => writes(schedules::skip(app, rq)),
+        Ep::PostSchedule => writes(schedules::post_now(app, rq)),
+        Ep::Upcoming => fields(schedules::upcoming(app, rq)),
     }
 }
 

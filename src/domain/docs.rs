@@ -16,6 +16,10 @@ pub enum Doc {
     Rules(Rules),
     /// A CSV mapping as the client sent it (JSON text, checked when saved).
     CsvMapping(Text),
+    /// A scheduled transaction with the state of its occurrences.
+    Schedule(super::schedule::Schedule),
+    /// A counter (the next id of a kind of setting).
+    Counter(u64),
 }
 
 /// A user's settings by key.

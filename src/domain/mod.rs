@@ -9,6 +9,7 @@ pub mod note;
 pub mod num;
 pub mod origin;
 pub mod recur;
+pub mod schedule;
 pub mod status;
 pub mod text;
 pub mod tree;

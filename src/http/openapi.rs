@@ -513,6 +513,52 @@ fn components() -> Value {
                 "type": "object",
                 "description": "A CSV column mapping (docs/import.md)."
             },
+            "Schedule": {
+                "type": "object",
+                "description": "A scheduled transaction (docs/schedules.md).",
+                "required": ["id", "name", "type", "amount", "approx_percent", "start", "every", "unit", "month_day", "nth", "weekday", "end_after", "end_date", "weekend", "auto", "next"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "name": {"type": "string"},
+                    "type": {"enum": ["deposit", "withdraw", "move"]},
+                    "uuid": {"type": "string"},
+                    "from_uuid": {"type": "string"},
+                    "to_uuid": {"type": "string"},
+                    "amount": {"type": "number"},
+                    "approx_percent": {"type": "integer"},
+                    "start": {"type": "string"},
+                    "every": {"type": "integer"},
+                    "unit": {"enum": ["days", "weeks", "months", "years"]},
+                    "month_day": {"type": ["string", "null"]},
+                    "nth": {"type": ["integer", "null"]},
+                    "weekday": {"type": ["string", "null"]},
+                    "end_after": {"type": ["integer", "null"]},
+                    "end_date": {"type": ["string", "null"]},
+                    "weekend": {"enum": ["keep", "before", "after"]},
+                    "auto": {"type": "boolean"},
+                    "next": {"oneOf": [{"$ref": "#/components/schemas/Occurrence"}, {"type": "null"}]}
+                }
+            },
+            "Occurrence": {
+                "type": "object",
+                "description": "One occurrence of a schedule and what became of it.",
+                "required": ["schedule", "name", "n", "date", "type", "uuid", "account_name", "amount", "state", "transaction_id"],
+                "properties": {
+                    "schedule": {"type": "integer"},
+                    "name": {"type": "string"},
+                    "n": {"type": "integer", "description": "0-based place in the series."},
+                    "date": {"type": "string"},
+                    "type": {"enum": ["deposit", "withdraw", "move"]},
+                    "uuid": {"type": "string"},
+                    "account_name": {"type": ["string", "null"]},
+                    "to_uuid": {"type": "string"},
+                    "to_name": {"type": ["string", "null"]},
+                    "amount": {"type": "number", "description": "Negative for a withdrawal."},
+                    "state": {"enum": ["posted", "skipped", "due", "failed", "scheduled"]},
+                    "reason": {"type": "string"},
+                    "transaction_id": {"type": "string"}
+                }
+            },
             "ImportSummary": {
                 "type": "object",
                 "required": ["lines", "deposit", "withdraw", "duplicate", "matched", "needs_attention", "net_amount"],

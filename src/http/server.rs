@@ -446,6 +446,8 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
         (app.cfg.response_style == ResponseStyle::Reference).then_some(reference_style as fn(&str) -> String);
     let answers = ErrorAnswers { cors_origin: app.cfg.cors_allow_origin.clone(), style };
     let header_timeout = Duration::from_secs(app.cfg.header_timeout_secs.max(1));
+    let poster =
+        tokio::spawn(crate::api::run_poster(app.clone(), Duration::from_millis(app.cfg.schedule_poll_ms)));
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -486,6 +488,7 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, shutdown: impl Future<O
         });
     }
     drop(listener);
+    poster.abort();
     if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
         tracing::warn!("in-flight requests did not finish within the drain limit");
     }

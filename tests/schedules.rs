@@ -1,0 +1,249 @@
+//! Scheduled transactions over HTTP (docs/schedules.md): the service posts due occurrences by
+//! itself, on their days, once each, across restarts and catch-up; what is coming; approval,
+//! skipping, failures; and rules refused.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Srv, T0};
+use serde_json::{json, Value};
+
+const DAY: i64 = 86_400;
+
+fn srv() -> Srv {
+    Srv::start_with(|c| c.schedule_poll_ms = 20)
+}
+
+/// Waits until `f` holds (the poster runs every 20 ms), at most 10 s.
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn upcoming(s: &Srv, tok: &str, days: i64) -> Vec<Value> {
+    let r = s.get(tok, "/upcoming", &format!("days={days}"));
+    r.ok();
+    r.json["occurrences"].as_array().expect("occurrences").clone()
+}
+
+fn states(v: &[Value]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|o| (o["date"].as_str().unwrap().to_string(), o["state"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+fn ids(s: &Srv, tok: &str, uuid: &str) -> Vec<String> {
+    let t = s.get(tok, "/get_transactions", &format!("uuid={uuid}"));
+    t.json["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["TransactionID"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_monthly_salary_posts_itself_on_its_day_once_and_catches_up_after_downtime() {
+    let mut s = srv();
+    let (tok, main) = s.user("sch_salary", "0");
+    let rent = s.child(&tok, &main, "Rent", json!({"allocation": 1}));
+    // Today is 2025-07-10; the salary comes on the 25th of every month.
+    let c = s.post(
+        &tok,
+        "/create_schedule",
+        json!({"name": "Salary", "type": "deposit", "uuid": main,
+        "amount": 2000, "unit": "months", "month_day": "25", "start": "2025-07-01"}),
+    );
+    c.ok();
+    let id = c.json["schedule"]["id"].as_i64().unwrap();
+    assert_eq!(c.json["schedule"]["next"]["date"], "2025-07-25");
+    assert_eq!(c.json["schedule"]["next"]["state"], "scheduled");
+    let up = upcoming(&s, &tok, 60);
+    assert_eq!(
+        states(&up),
+        [("2025-07-25".into(), "scheduled".into()), ("2025-08-25".into(), "scheduled".into())]
+    );
+    // Nothing before its day.
+    s.clock.set_secs(T0 + 14 * DAY);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(s.balance(&tok, &main), "0");
+    // On the 25th it posts, dated that day, and flows down the tree like any deposit.
+    s.clock.set_secs(T0 + 15 * DAY);
+    until("the July salary", || s.balance(&tok, &rent) == "2000");
+    let t = s.get(&tok, "/get_transactions", &format!("uuid={main}"));
+    let first = &t.json["transactions"][0];
+    assert_eq!(first["TransactionID"], format!("sch:{id}:0"));
+    assert_eq!(first["Date"], "2025-07-25 00:00:00");
+    assert_eq!(first["Payee"], "Salary");
+    assert_eq!(first["By"], "User");
+    // A restart posts nothing twice.
+    s.restart();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.balance(&tok, &rent), "2000");
+    // Down for three months: every missed occurrence posts, each on its own day.
+    s.clock.set_secs(T0 + 110 * DAY);
+    until("the catch-up", || s.balance(&tok, &rent) == "8000");
+    let want: Vec<String> = (0..4).map(|n| format!("sch:{id}:{n}")).collect();
+    let got: Vec<String> = ids(&s, &tok, &main).into_iter().filter(|i| i.starts_with("sch:")).collect();
+    assert_eq!(got, want);
+    let up = upcoming(&s, &tok, 30);
+    assert_eq!(states(&up), [("2025-11-25".into(), "scheduled".into())]);
+    // A clock that steps back posts nothing again.
+    s.clock.set_secs(T0 + 20 * DAY);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.balance(&tok, &rent), "8000");
+}
+
+#[test]
+fn a_payment_the_envelope_cannot_cover_fails_visibly_without_blocking_others_and_posts_once_funded() {
+    let s = srv();
+    let (tok, main) = s.user("sch_fail", "0");
+    let phone = s.child(&tok, &main, "Phone", json!({"allocation": 1}));
+    s.post(
+        &tok,
+        "/create_schedule",
+        json!({"name": "Phone bill", "type": "withdraw", "uuid": phone,
+        "amount": 30, "unit": "days", "every": 30, "start": "2025-07-11"}),
+    )
+    .ok();
+    s.post(
+        &tok,
+        "/create_schedule",
+        json!({"name": "Pocket money", "type": "deposit", "uuid": main,
+        "amount": 10, "unit": "weeks", "start": "2025-07-11"}),
+    )
+    .ok();
+    s.clock.set_secs(T0 + DAY);
+    until("the weekly deposit", || s.balance(&tok, &phone) == "10");
+    let up = upcoming(&s, &tok, 1);
+    let bill = up.iter().find(|o| o["name"] == "Phone bill").expect("the bill");
+    assert_eq!(bill["state"], "failed", "{up:?}");
+    assert_eq!(bill["reason"], "not enough money in the account");
+    assert_eq!(bill["amount"], json!(-30));
+    // Money arrives; the next day's pass posts the bill, dated on its own day.
+    s.post(&tok, "/deposit", json!({"uuid": main, "amount": 25, "channel": "cash"})).ok();
+    s.clock.set_secs(T0 + 2 * DAY);
+    until("the bill's retry", || s.balance(&tok, &phone) == "5");
+    let t = s.get(&tok, "/get_transactions", &format!("uuid={phone}"));
+    let paid = t.json["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["Type"] == "Withdrawal")
+        .cloned()
+        .unwrap();
+    assert_eq!(paid["Date"], "2025-07-11 00:00:00");
+    assert!(paid["TransactionID"].as_str().unwrap().starts_with("sch:"));
+    assert_eq!(states(&upcoming(&s, &tok, 1)).len(), 0);
+}
+
+#[test]
+fn a_schedule_awaiting_approval_waits_and_posts_or_skips_when_told() {
+    let s = srv();
+    let (tok, main) = s.user("sch_approve", "500");
+    let c = s.post(
+        &tok,
+        "/create_schedule",
+        json!({"name": "Gym", "type": "withdraw", "uuid": main,
+        "amount": 40, "unit": "months", "month_day": "last", "start": "2025-07-01", "auto": false}),
+    );
+    c.ok();
+    let id = c.json["schedule"]["id"].as_i64().unwrap();
+    assert_eq!(c.json["schedule"]["next"]["date"], "2025-07-31");
+    s.clock.set_secs(T0 + 25 * DAY); // 2025-08-04
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(s.balance(&tok, &main), "500");
+    let up = upcoming(&s, &tok, 30);
+    assert_eq!(states(&up), [("2025-07-31".into(), "due".into()), ("2025-08-31".into(), "scheduled".into())]);
+    // Approved: posted, dated on its day.
+    let p = s.post(&tok, "/post_schedule", json!({"id": id}));
+    p.ok();
+    assert_eq!(p.json["posted"]["date"], "2025-07-31");
+    assert_eq!(s.balance(&tok, &main), "460");
+    // The next one is skipped; the one after that is next.
+    let k = s.post(&tok, "/skip_schedule", json!({"id": id}));
+    k.ok();
+    assert_eq!(k.json["skipped"]["date"], "2025-08-31");
+    assert_eq!(k.json["schedule"]["next"]["date"], "2025-09-30");
+    let up = upcoming(&s, &tok, 60);
+    assert_eq!(
+        states(&up),
+        [("2025-08-31".into(), "skipped".into()), ("2025-09-30".into(), "scheduled".into())]
+    );
+    // Paid ahead: dated today.
+    let p = s.post(&tok, "/post_schedule", json!({"id": id}));
+    assert_eq!(p.json["posted"]["date"], "2025-09-30");
+    let t = s.get(&tok, "/get_transactions", &format!("uuid={main}"));
+    let last = t.json["transactions"].as_array().unwrap().last().cloned().unwrap();
+    assert_eq!(last["Date"].as_str().unwrap().get(..10), Some("2025-08-04"));
+    assert_eq!(s.balance(&tok, &main), "420");
+}
+
+#[test]
+fn schedules_are_listed_changed_and_deleted_and_bad_rules_are_refused() {
+    let s = srv();
+    let (tok, main) = s.user("sch_crud", "0");
+    let bills = s.child(&tok, &main, "Bills", json!({"allocation": 1}));
+    let base = json!({"name": "Rent", "type": "withdraw", "uuid": bills, "amount": 700});
+    let with = |extra: Value| {
+        let mut b = base.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let bad = |extra: Value, msg: &str| {
+        let r = s.post(&tok, "/create_schedule", with(extra));
+        assert_eq!(r.status, 400, "{}", r.text);
+        assert!(r.err().contains(msg), "{} (wanted {msg})", r.text);
+    };
+    bad(json!({"every": 0}), "every must be a whole number from 1 to 1000");
+    bad(json!({"unit": "years", "month_day": "31", "start": "2025-02-01"}), "never");
+    bad(json!({"unit": "months", "month_day": "30", "start": "2025-02-01", "end_date": "2025-03-29"}), "");
+    bad(json!({"start": "2025-08-01", "end_date": "2025-07-01"}), "end");
+    bad(json!({"unit": "days", "start": "2025-08-01", "end_date": "9999-12-31"}), "");
+    bad(json!({"end_after": 20000}), "end_after must be a whole number from 1 to 10000");
+    bad(json!({"type": "pay"}), "type must be deposit, withdraw or move");
+    bad(json!({"type": "move"}), "move needs from_uuid and to_uuid");
+    bad(json!({"nth": 2}), "nth and weekday go together");
+    bad(json!({"unit": "fortnights"}), "unit must be days, weeks, months or years");
+    s.post(&tok, "/create_schedule", with(json!({"uuid": "accnope"}))).fails(404, "Account not found");
+    assert_eq!(s.get(&tok, "/schedules", "").json["schedules"], json!([]));
+    let c = s.post(
+        &tok,
+        "/create_schedule",
+        with(json!({"unit": "months", "nth": 1, "weekday": "mon",
+        "weekend": "before", "end_after": 12, "start": "2025-07-01"})),
+    );
+    c.ok();
+    let sc = &c.json["schedule"];
+    assert_eq!(
+        (sc["nth"].as_i64(), sc["weekday"].as_str(), sc["end_after"].as_i64()),
+        (Some(1), Some("mon"), Some(12))
+    );
+    assert_eq!(sc["next"]["date"], "2025-08-04");
+    let id = sc["id"].as_i64().unwrap();
+    let u = s.post(
+        &tok,
+        "/update_schedule",
+        json!({"id": id, "amount": 750, "month_day": "1", "weekend": "after"}),
+    );
+    u.ok();
+    // 2025-08-01 is a Friday; 2025-11-01 a Saturday, moved to the Monday.
+    assert_eq!(u.json["schedule"]["amount"], json!(750));
+    assert_eq!(u.json["schedule"]["next"]["date"], "2025-08-01");
+    let up = upcoming(&s, &tok, 120);
+    assert!(states(&up).contains(&("2025-11-03".into(), "scheduled".into())), "{up:?}");
+    let mut s = s;
+    s.restart();
+    let list = s.get(&tok, "/schedules", "");
+    assert_eq!(list.json["schedules"][0]["amount"], json!(750), "{}", list.text);
+    s.post(&tok, "/update_schedule", json!({"id": 999, "amount": 1})).fails(404, "Schedule not found");
+    s.post(&tok, "/delete_schedule", json!({"id": id})).ok();
+    s.post(&tok, "/delete_schedule", json!({"id": id})).fails(404, "Schedule not found");
+    assert_eq!(upcoming(&s, &tok, 366).len(), 0);
+}
