@@ -203,7 +203,10 @@ fn plan(statements: &[Statement]) -> Vec<Planned<'_>> {
     out
 }
 
-fn read_file(rq: &Rq, docs: &Docs) -> Result<(Format, Vec<Statement>), ApiError> {
+/// Reads the statement. Parsing a file of up to 8 MiB is CPU work of up to a few hundred
+/// milliseconds: it runs on a blocking thread, so a few large imports never hold every async
+/// worker.
+async fn read_file(rq: &Rq, docs: &Docs) -> Result<(Format, Vec<Statement>), ApiError> {
     let p = &rq.params;
     let format = match p.text_of(&FORMAT)? {
         Some(f) => Format::parse(&f).ok_or_else(|| ApiError::bad("Unknown format"))?,
@@ -218,8 +221,11 @@ fn read_file(rq: &Rq, docs: &Docs) -> Result<(Format, Vec<Statement>), ApiError>
         (None, None) => None,
     };
     let mapping = text.as_deref().map(parse_mapping).transpose()?;
-    let statements =
-        import::read(&rq.document, format, mapping.as_ref()).map_err(|e| ApiError::bad(e.to_string()))?;
+    let doc = rq.document.clone();
+    let statements = tokio::task::spawn_blocking(move || import::read(&doc, format, mapping.as_ref()))
+        .await
+        .map_err(|e| ApiError::Internal(format!("statement reader: {e}")))?
+        .map_err(|e| ApiError::bad(e.to_string()))?;
     Ok((format, statements))
 }
 
@@ -343,7 +349,7 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     // A read of the committed state first: the saved mappings, and the logs a line may match
     // (read outside the write lock, which on a shared engine holds a database connection).
     let st = super::snapshot(app, rq).await?;
-    let (format, statements) = read_file(rq, &st.tree.docs)?;
+    let (format, statements) = read_file(rq, &st.tree.docs).await?;
     let planned = plan(&statements);
     let target_of = |tree: &Tree| -> Result<AccountId, ApiError> {
         match &uuid {
@@ -368,11 +374,10 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let rules = rules_of(&cur.tree.docs);
     let choice = choices(&planned, &chosen, &rules, &cur.tree, target);
     // Lines already applied (the same id earlier in the file, or in the index of ids).
+    let all: Vec<&str> = planned.iter().map(|p| p.id.as_str()).collect();
+    let there = guard.main_txids_exist(&all).await?;
     let mut seen = HashSet::new();
-    let mut dup = Vec::with_capacity(planned.len());
-    for p in &planned {
-        dup.push(!seen.insert(p.id.as_str()) || guard.main_txid_exists(&p.id).await?);
-    }
+    let dup: Vec<bool> = all.iter().zip(there).map(|(id, there)| !seen.insert(*id) || there).collect();
     drop(seen);
     let channel = Text::from(format!("import:{}", format.name()));
     // Imported lines are the person's own payments and income: counted as theirs by spending

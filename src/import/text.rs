@@ -98,7 +98,14 @@ pub fn yyyymmdd(text: &str, line: usize) -> Result<i64, ImportError> {
 
 /// At most 40 characters of a value, for a message (a hostile file's value can be megabytes).
 pub fn shown(text: &str) -> String {
-    readable(text, 40)
+    if text.is_empty() {
+        return "(empty)".into();
+    }
+    let mut s = readable(text, 40);
+    if text.chars().nth(40).is_some() {
+        s.push('…');
+    }
+    s
 }
 
 /// At most `max` characters of `text` as a person can read them in a message: control

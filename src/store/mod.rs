@@ -358,6 +358,13 @@ pub trait WriteTxn: std::any::Any + Send + Sync {
     fn load_user<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Result<Option<Loaded>, StoreError>>;
     /// Whether `id` is in the main account's log, as this transaction sees it.
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// Which of `ids` are in the index, as this transaction sees it, in one round trip (an
+    /// import asks for thousands).
+    fn main_txids_existing<'a>(
+        &'a self,
+        user_no: u64,
+        ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<std::collections::HashSet<String>, StoreError>>;
     /// A user number never used before, on this transaction's connection.
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
     /// The user's delta-sync knowledge and kept idempotent answers, on this transaction's

@@ -632,6 +632,21 @@ impl WriteGuard<'_> {
         }
     }
 
+    /// For each of `ids`, whether it is already in the index (the import's duplicate check):
+    /// one round trip on a shared engine, local reads on the embedded one.
+    pub async fn main_txids_exist(&self, ids: &[&str]) -> Result<Vec<bool>, StoreError> {
+        let (Some(cur), Some(txn)) = (&self.current, &self.held) else {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                out.push(self.main_txid_exists(id).await?);
+            }
+            return Ok(out);
+        };
+        // A shared engine derives no ids (its `id_key` is `None`): every id is indexed.
+        let there = txn.main_txids_existing(cur.user.user_no, ids).await?;
+        Ok(ids.iter().map(|id| there.contains(*id)).collect())
+    }
+
     /// Whether `id` is already in the main account's log (the /deposit 409 check).
     pub async fn main_txid_exists(&self, id: &str) -> Result<bool, StoreError> {
         let Some(cur) = &self.current else { return Ok(false) };

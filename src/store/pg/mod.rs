@@ -181,6 +181,22 @@ impl WriteTxn for PgWrite {
         bounded(&self.stale, QUERY_WAIT, async move { txid_exists(self.txn.c()?, user_no, id).await })
     }
 
+    fn main_txids_existing<'a>(
+        &'a self,
+        user_no: u64,
+        ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<std::collections::HashSet<String>, StoreError>> {
+        bounded(&self.stale, LONG_WAIT, async move {
+            let c = self.txn.c()?;
+            let st = c
+                .prepare_cached("SELECT txid FROM main_txids WHERE user_no = $1 AND txid = ANY($2)")
+                .await
+                .map_err(pg_err)?;
+            let rows = c.query(&st, &[&signed(user_no)?, &ids]).await.map_err(pg_err)?;
+            rows.iter().map(|r| col(r, 0)).collect()
+        })
+    }
+
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         bounded(&self.stale, QUERY_WAIT, async move { next_user_no(self.txn.c()?).await })
     }
