@@ -4,6 +4,7 @@ pub mod dates;
 pub mod days;
 pub mod docs;
 pub mod engine;
+pub mod forecast;
 pub mod frac;
 pub mod note;
 pub mod num;
