@@ -247,3 +247,100 @@ fn schedules_are_listed_changed_and_deleted_and_bad_rules_are_refused() {
     s.post(&tok, "/delete_schedule", json!({"id": id})).fails(404, "Schedule not found");
     assert_eq!(upcoming(&s, &tok, 366).len(), 0);
 }
+
+/// The forecast of a tree with envelopes and a Bill, then the same days lived through: the
+/// poster posting each occurrence on its day gives exactly the balances the forecast projected,
+/// and the Bill's shortfall is the one it foresaw.
+#[test]
+fn posting_the_forecasts_occurrences_day_by_day_gives_the_forecasts_balances() {
+    let s = srv();
+    let (tok, main) = s.user("sch_forecast", "100");
+    let needs = s.child(&tok, &main, "Needs", json!({"allocation": 0.7}));
+    let fun = s.child(&tok, &main, "Fun", json!({"allocation": 0.3}));
+    let rent = s.child(
+        &tok,
+        &needs,
+        "Rent",
+        json!({"allocation": 1, "fixed_amount": 900, "freq": 30,
+        "due_date": "2025-08-01"}),
+    );
+    s.post(&tok, "/set_account_type", json!({"uuid": rent, "account_type": "Bill"})).ok();
+    // Start the walk at midnight, as the poster's day begins.
+    let day0 = T0 - T0.rem_euclid(DAY);
+    s.clock.set_secs(day0);
+    for (extra, name) in [
+        (
+            json!({"type": "deposit", "uuid": main, "amount": 400, "unit": "weeks", "start": "2025-07-11"}),
+            "Pay",
+        ),
+        (
+            json!({"type": "withdraw", "uuid": fun, "amount": 45.5, "unit": "days", "every": 9, "start": "2025-07-12"}),
+            "Cinema",
+        ),
+        (
+            json!({"type": "move", "from_uuid": fun, "to_uuid": needs, "amount": 20, "unit": "months", "month_day": "last", "start": "2025-07-01"}),
+            "Top-up",
+        ),
+    ] {
+        let mut b = extra;
+        b["name"] = json!(name);
+        s.post(&tok, "/create_schedule", b).ok();
+    }
+    let f = s.get(&tok, "/forecast", "days=40");
+    f.ok();
+    let accounts = f.json["accounts"].as_array().unwrap().clone();
+    assert_eq!(accounts.len(), 4, "{}", f.text);
+    let projected = |uuid: &str| accounts.iter().find(|a| a["uuid"] == uuid).unwrap()["balance_end"].clone();
+    let bills = f.json["bills"].as_array().unwrap();
+    assert_eq!(bills[0]["uuid"], rent.as_str(), "{}", f.text);
+    assert_eq!(bills[0]["due_date"], "2025-08-01");
+    // Money is conserved in the projection.
+    let m = &f.json["money"];
+    let (start, dep, wd, end) = (
+        m["start"].as_f64().unwrap(),
+        m["deposited"].as_f64().unwrap(),
+        m["withdrawn"].as_f64().unwrap(),
+        m["end"].as_f64().unwrap(),
+    );
+    assert!((start + dep - wd - end).abs() < 1e-9, "{m}");
+    // Live through the same 40 days.
+    for d in 1..=40 {
+        s.clock.set_secs(day0 + d * DAY);
+        until("the day's postings", || {
+            upcoming(&s, &tok, 1).iter().all(|o| {
+                o["date"].as_str().unwrap() > common_day(day0 + d * DAY).as_str()
+                    || o["state"] != "due" && o["state"] != "scheduled"
+            })
+        });
+    }
+    for (uuid, name) in [(&main, "main"), (&needs, "needs"), (&fun, "fun"), (&rent, "rent")] {
+        let bal = s.get(&tok, "/get_balance", &format!("uuid={uuid}")).json["balance"].clone();
+        assert_eq!(bal, projected(uuid), "{name}: {}", f.text);
+    }
+    // 6 weekly pays into main; in Fun, their 6 shares (a split carries its deposit's id) and 5
+    // cinema withdrawals, one each 9 days.
+    let posted = |uuid: &str| ids(&s, &tok, uuid).iter().filter(|i| i.starts_with("sch:")).count();
+    assert_eq!((posted(&main), posted(&fun)), (6, 11));
+    let total = s.get(&tok, "/compute_total_balance", &format!("uuid={main}")).json["total_balance"].clone();
+    assert_eq!(total.as_f64(), m["end"].as_f64());
+    // A scope of one subtree, and bad input.
+    let sub = s.get(&tok, "/forecast", &format!("days=5&uuid={needs}"));
+    assert_eq!(sub.json["accounts"].as_array().unwrap().len(), 2, "{}", sub.text);
+    s.get(&tok, "/forecast", "uuid=accnope").fails(404, "Account not found");
+    s.get(&tok, "/forecast", "days=400").fails(400, "days must be a whole number from 1 to 366");
+}
+
+fn common_day(secs: i64) -> String {
+    let t = secs.div_euclid(DAY);
+    // Civil date of a day number (Howard Hinnant's algorithm), as the service writes dates.
+    let z = t + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}

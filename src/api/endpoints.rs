@@ -67,6 +67,7 @@ pub enum Ep {
     SkipSchedule,
     PostSchedule,
     Upcoming,
+    Forecast,
     /// Operational endpoints answered by `http` itself, never by a handler.
     Ops(Op),
 }
@@ -187,6 +188,7 @@ pub static ENDPOINTS: &[&Endpoint] = &[
     &schedules::SKIP,
     &schedules::POST_NOW,
     &schedules::UPCOMING,
+    &schedules::FORECAST,
 ];
 
 /// Members the reference writes as R data frames (rows of plain values, SPEC 8.3, 10.18): the

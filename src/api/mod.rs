@@ -213,6 +213,7 @@ fn call<'a>(app: &'a App, ep: Ep, rq: &'a Rq) -> Handling<'a> {
         Ep::SkipSchedule => writes(schedules::skip(app, rq)),
         Ep::PostSchedule => writes(schedules::post_now(app, rq)),
         Ep::Upcoming => fields(schedules::upcoming(app, rq)),
+        Ep::Forecast => fields(schedules::forecast(app, rq)),
     }
 }
 

@@ -228,6 +228,26 @@ pub static UPCOMING: Endpoint = Endpoint::read(
     &[NO_TREE],
 );
 
+static SCOPE: Param = Param::text("uuid", None, None, "The subtree to report on; default the whole tree.");
+
+pub static FORECAST: Endpoint = Endpoint::read(
+    "/forecast",
+    Ep::Forecast,
+    "Failed to forecast",
+    "Each account's projected balance day by day, and every Bill's next due dates with its shortfall, from today's balances, the schedules and the allocations",
+    &[&DAYS, &SCOPE],
+    &[
+        ("today", Shape::Str),
+        ("days", Shape::Int),
+        ("uuid", Shape::Str),
+        ("accounts", Shape::Rows { schema: "ForecastAccount", frame: false }),
+        ("bills", Shape::Rows { schema: "ForecastBill", frame: false }),
+        ("unapplied", Shape::Rows { schema: "ForecastUnapplied", frame: false }),
+        ("money", Shape::Object { schema: "ForecastMoney" }),
+    ],
+    &[NO_TREE, row!(404, "`uuid` is not an account of the tree", "`Account not found`")],
+);
+
 /// The user's schedules, in id order.
 pub fn schedules_of(tree: &Tree) -> Vec<&Schedule> {
     tree.docs
@@ -729,4 +749,114 @@ async fn post_due(app: &App, user: &str, day: i64) -> Result<usize, ApiError> {
         tracing::info!(user = %user, posted, "scheduled postings");
     }
     Ok(posted)
+}
+
+/// The movements the schedules will make over `today ..= last`: every open occurrence, those
+/// already due (waiting, failed) planned for today.
+fn planned(tree: &Tree, today: i64, last: i64) -> Vec<crate::domain::forecast::Planned> {
+    use crate::domain::forecast::{Movement, Planned};
+    let mut out = Vec::new();
+    for s in schedules_of(tree) {
+        let movement = match s.what {
+            What::Deposit { to } => Movement::Deposit { to },
+            What::Withdraw { from } => Movement::Withdraw { from },
+            What::Move { from, to } => Movement::Move { from, to },
+        };
+        let mut seen = BTreeSet::new();
+        for o in s.due(today - 1, POST_BATCH).into_iter().chain(s.recur.occurrences_between(today, last)) {
+            if s.settled(o.n) || s.skipped.contains(&o.n) || !seen.insert(o.n) {
+                continue;
+            }
+            out.push(Planned {
+                day: o.day.max(today),
+                movement,
+                amount_cents: s.amount_cents,
+                schedule: s.id,
+                n: o.n,
+            });
+        }
+    }
+    // Each day's movements in the order the poster posts them: by schedule, then occurrence.
+    out.sort_by_key(|p| (p.day, p.schedule, p.n));
+    out
+}
+
+pub async fn forecast(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+    use crate::domain::forecast::Refusal;
+    let days = rq.params.num_of(&DAYS)?.unwrap_or(30);
+    let scope = rq.params.text_of(&SCOPE)?.map(|u| u.into_owned());
+    let st = snapshot(app, rq).await?;
+    let tree = &st.tree;
+    let root = match &scope {
+        Some(u) => tree.by_uuid_str(u).ok_or_else(|| ApiError::new(404, "Account not found"))?.uuid,
+        None => tree.root,
+    };
+    let day = today(rq);
+    let plan = planned(tree, day, day + days);
+    let f = crate::domain::forecast::forecast(tree, &plan, day, days as u32, Some(root));
+    let name = |id: AccountId| tree.get(id).map(|a| a.name.as_str());
+    let accounts = f.accounts.iter().map(|a| {
+        let points = a
+            .points
+            .iter()
+            .map(|(d, b)| Obj::new().str("date", &fmt_day(*d)).money("balance", (*b).into()).finish());
+        let mut o = Obj::new()
+            .str("uuid", &fmt_uuid(a.id))
+            .opt_str("name", name(a.id))
+            .money("balance_today", a.balance_today_cents.into())
+            .money("balance_end", a.balance_end_cents().into())
+            .raw("points", &array(points.collect::<Vec<_>>()));
+        o = match (a.amount_due_today_cents, a.amount_due_end_cents) {
+            (Some(t), Some(e)) => o.money("amount_due_today", t.into()).money("amount_due_end", e.into()),
+            _ => o.null("amount_due_today").null("amount_due_end"),
+        };
+        o.finish()
+    });
+    let bills = f.bills.iter().map(|b| {
+        Obj::new()
+            .str("uuid", &fmt_uuid(b.id))
+            .opt_str("name", name(b.id))
+            .str("due_date", &fmt_day(b.day))
+            .money("amount_due", b.amount_due_cents)
+            .money("paid", b.paid_cents.into())
+            .money("balance", b.balance_cents.into())
+            .money("shortfall", b.shortfall_cents)
+            .finish()
+    });
+    let unapplied = f.unapplied.iter().map(|u| {
+        let why = match u.reason {
+            Refusal::OutsideWindow => "outside the window".to_string(),
+            Refusal::NotPositive => "the amount is not positive".to_string(),
+            Refusal::UnknownAccount(_) => "an account of the schedule no longer exists".to_string(),
+            Refusal::SameAccount => "a move to the same account".to_string(),
+            Refusal::NotCovered { shortfall_cents, .. } => format!(
+                "not enough money in the account: {} short",
+                crate::domain::num::fmt_scaled(shortfall_cents.into(), 2)
+            ),
+            Refusal::NotActive(_) => "the account is not active".to_string(),
+            Refusal::Engine(_) => "the engine would refuse it".to_string(),
+        };
+        Obj::new()
+            .int("schedule", u.schedule.into())
+            .int("n", u.n.into())
+            .str("date", &fmt_day(u.day))
+            .str("reason", &why)
+            .finish()
+    });
+    let m = f.money;
+    Ok(Obj::new()
+        .str("today", &fmt_day(day))
+        .int("days", days.into())
+        .str("uuid", &fmt_uuid(root))
+        .raw("accounts", &array(accounts.collect::<Vec<_>>()))
+        .raw("bills", &array(bills.collect::<Vec<_>>()))
+        .raw("unapplied", &array(unapplied.collect::<Vec<_>>()))
+        .obj(
+            "money",
+            Obj::new()
+                .money("start", m.start_cents)
+                .money("deposited", m.deposited_cents)
+                .money("withdrawn", m.withdrawn_cents)
+                .money("end", m.end_cents),
+        ))
 }

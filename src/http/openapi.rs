@@ -559,6 +559,52 @@ fn components() -> Value {
                     "transaction_id": {"type": "string"}
                 }
             },
+            "ForecastAccount": {
+                "type": "object",
+                "required": ["uuid", "name", "balance_today", "balance_end", "points", "amount_due_today", "amount_due_end"],
+                "properties": {
+                    "uuid": {"type": "string"},
+                    "name": {"type": ["string", "null"]},
+                    "balance_today": {"type": "number"},
+                    "balance_end": {"type": "number"},
+                    "points": {"type": "array", "description": "The balance at the end of each day it changes.", "items": {"type": "object", "required": ["date", "balance"], "properties": {"date": {"type": "string"}, "balance": {"type": "number"}}}},
+                    "amount_due_today": {"type": ["number", "null"]},
+                    "amount_due_end": {"type": ["number", "null"]}
+                }
+            },
+            "ForecastBill": {
+                "type": "object",
+                "required": ["uuid", "name", "due_date", "amount_due", "paid", "balance", "shortfall"],
+                "properties": {
+                    "uuid": {"type": "string"},
+                    "name": {"type": ["string", "null"]},
+                    "due_date": {"type": "string"},
+                    "amount_due": {"type": "number"},
+                    "paid": {"type": "number"},
+                    "balance": {"type": "number"},
+                    "shortfall": {"type": "number"}
+                }
+            },
+            "ForecastUnapplied": {
+                "type": "object",
+                "required": ["schedule", "n", "date", "reason"],
+                "properties": {
+                    "schedule": {"type": "integer"},
+                    "n": {"type": "integer"},
+                    "date": {"type": "string"},
+                    "reason": {"type": "string"}
+                }
+            },
+            "ForecastMoney": {
+                "type": "object",
+                "required": ["start", "deposited", "withdrawn", "end"],
+                "properties": {
+                    "start": {"type": "number"},
+                    "deposited": {"type": "number"},
+                    "withdrawn": {"type": "number"},
+                    "end": {"type": "number"}
+                }
+            },
             "ImportSummary": {
                 "type": "object",
                 "required": ["lines", "deposit", "withdraw", "duplicate", "matched", "needs_attention", "net_amount"],
