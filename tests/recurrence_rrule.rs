@@ -121,15 +121,25 @@ fn random_rule(rng: &mut Rng) -> Recurrence {
     Recurrence { start_day, every, unit, month_day, nth_weekday, end, weekend }
 }
 
-/// A window near the start, or years after it; lengths from one day to a few years.
-fn random_window(rng: &mut Rng, r: &Recurrence) -> (i64, i64) {
+/// A window near the start, or years after it; lengths from one day to a few years. Now and
+/// then, for a yearly or at least yearly-spaced monthly rule, a window centuries away on a
+/// series made endless: past one 400-year calendar cycle, the index is counted by whole cycles.
+fn random_window(rng: &mut Rng, r: &mut Recurrence) -> (i64, i64) {
     let reach = match r.unit {
         Unit::Days => 2_000,
         Unit::Weeks => 8_000,
         Unit::Months => 12_000,
         Unit::Years => 80_000,
     };
-    let offset = if rng.chance(70) { rng.range(-40, 400) } else { rng.range(400, reach) };
+    let sparse = r.unit == Unit::Years || (r.unit == Unit::Months && r.every >= 12);
+    let offset = if sparse && rng.chance(4) {
+        r.end = End::Never;
+        rng.range(146_097, 255_669)
+    } else if rng.chance(70) {
+        rng.range(-40, 400)
+    } else {
+        rng.range(400, reach)
+    };
     let from = r.start_day + offset;
     (from, from + rng.pick(&[0, 0, 1, 2, 6, 30, 90, 400, 1500]))
 }
@@ -227,8 +237,8 @@ fn occurrences_match_python_dateutil_rrule() {
     let mut rng = Rng(env_number("PFM_RRULE_SEED", 20_250_725));
     let cases: Vec<(Recurrence, i64, i64)> = (0..count)
         .map(|_| {
-            let r = random_rule(&mut rng);
-            let (from, to) = random_window(&mut rng, &r);
+            let mut r = random_rule(&mut rng);
+            let (from, to) = random_window(&mut rng, &mut r);
             (r, from, to)
         })
         .collect();
