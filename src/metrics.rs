@@ -35,6 +35,8 @@ struct Metrics {
     rate_limited: IntCounterVec,
     auth_failures: IntCounterVec,
     imported_lines: IntCounterVec,
+    poster_passes: IntCounter,
+    scheduled_postings: IntCounter,
 }
 
 /// Definitions never fail (names and labels are fixed literals); `expect` documents that.
@@ -91,7 +93,15 @@ fn build() -> Metrics {
         &["action"],
     )
     .expect(FIXED);
-    let all: [Box<dyn prometheus::core::Collector>; 12] = [
+    let poster_passes =
+        IntCounter::new("schedule_passes_total", "Passes of the poster of scheduled transactions")
+            .expect(FIXED);
+    let scheduled_postings =
+        IntCounter::new("scheduled_postings_total", "Occurrences of schedules the poster posted")
+            .expect(FIXED);
+    let all: [Box<dyn prometheus::core::Collector>; 14] = [
+        Box::new(poster_passes.clone()),
+        Box::new(scheduled_postings.clone()),
         Box::new(requests.clone()),
         Box::new(latency_vec.clone()),
         Box::new(commit_seconds.clone()),
@@ -122,6 +132,8 @@ fn build() -> Metrics {
         rate_limited,
         auth_failures,
         imported_lines,
+        poster_passes,
+        scheduled_postings,
     }
 }
 
@@ -230,6 +242,12 @@ pub fn auth_failed(kind: &'static str, answer: &'static str) {
 /// A committed import's lines: `action` is deposit, withdraw, duplicate or needs_attention.
 pub fn imported(action: &'static str, lines: u64) {
     M.imported_lines.with_label_values(&[action]).inc_by(lines);
+}
+
+/// A pass of the poster ended, having posted `posted` occurrences.
+pub fn poster_pass(posted: u64) {
+    M.poster_passes.inc();
+    M.scheduled_postings.inc_by(posted);
 }
 
 /// The text exposition format of every metric; `resident_users` is sampled now (cheaper than

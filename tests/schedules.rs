@@ -24,6 +24,23 @@ fn until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Passes of the poster so far (a metric).
+fn passes(s: &Srv) -> u64 {
+    let m = s.raw("GET", "/metrics", &[], common::Body::None);
+    m.text
+        .lines()
+        .find_map(|l| l.strip_prefix("pfm_schedule_passes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits for two whole passes of the poster after this call: whatever was due by now has been
+/// posted (or refused) when it returns. For checks that something did not happen.
+fn two_passes(s: &Srv) {
+    let from = passes(s);
+    until("two passes of the poster", || passes(s) >= from + 2);
+}
+
 fn upcoming(s: &Srv, tok: &str, days: i64) -> Vec<Value> {
     let r = s.get(tok, "/upcoming", &format!("days={days}"));
     r.ok();
@@ -69,7 +86,7 @@ fn a_monthly_salary_posts_itself_on_its_day_once_and_catches_up_after_downtime()
     );
     // Nothing before its day.
     s.clock.set_secs(T0 + 14 * DAY);
-    std::thread::sleep(Duration::from_millis(200));
+    two_passes(&s);
     assert_eq!(s.balance(&tok, &main), "0");
     // On the 25th it posts, dated that day, and flows down the tree like any deposit.
     s.clock.set_secs(T0 + 15 * DAY);
@@ -82,7 +99,7 @@ fn a_monthly_salary_posts_itself_on_its_day_once_and_catches_up_after_downtime()
     assert_eq!(first["By"], "User");
     // A restart posts nothing twice.
     s.restart();
-    std::thread::sleep(Duration::from_millis(300));
+    two_passes(&s);
     assert_eq!(s.balance(&tok, &rent), "2000");
     // Down for three months: every missed occurrence posts, each on its own day.
     s.clock.set_secs(T0 + 110 * DAY);
@@ -94,7 +111,7 @@ fn a_monthly_salary_posts_itself_on_its_day_once_and_catches_up_after_downtime()
     assert_eq!(states(&up), [("2025-11-25".into(), "scheduled".into())]);
     // A clock that steps back posts nothing again.
     s.clock.set_secs(T0 + 20 * DAY);
-    std::thread::sleep(Duration::from_millis(300));
+    two_passes(&s);
     assert_eq!(s.balance(&tok, &rent), "8000");
 }
 
@@ -155,7 +172,7 @@ fn a_schedule_awaiting_approval_waits_and_posts_or_skips_when_told() {
     let id = c.json["schedule"]["id"].as_i64().unwrap();
     assert_eq!(c.json["schedule"]["next"]["date"], "2025-07-31");
     s.clock.set_secs(T0 + 25 * DAY); // 2025-08-04
-    std::thread::sleep(Duration::from_millis(200));
+    two_passes(&s);
     assert_eq!(s.balance(&tok, &main), "500");
     let up = upcoming(&s, &tok, 30);
     assert_eq!(states(&up), [("2025-07-31".into(), "due".into()), ("2025-08-31".into(), "scheduled".into())]);

@@ -703,6 +703,7 @@ pub async fn poster_pass(app: &App) -> Result<usize, ApiError> {
             Err(e) => tracing::warn!(user = %user, error = ?e, "scheduled postings: user skipped this pass"),
         }
     }
+    crate::metrics::poster_pass(posted as u64);
     Ok(posted)
 }
 
