@@ -223,7 +223,7 @@ fn rules_and_the_clients_choices_pick_each_lines_envelope() {
     assert!(lines[2]["reason"].as_str().unwrap().starts_with("no envelope chosen"), "{}", r.text);
     // The person chooses Fun for the streaming line and commits.
     let id = lines[2]["import_id"].as_str().unwrap().to_string();
-    let choice = pct(&json!({ id.clone(): fun }).to_string());
+    let choice = common::pct(&json!({ id.clone(): fun }).to_string());
     let r = import(&s, &tok, &format!("commit=true&envelopes={choice}"), OFX.as_bytes());
     r.ok();
     let lines = r.json["lines"].as_array().unwrap();
@@ -236,7 +236,7 @@ fn rules_and_the_clients_choices_pick_each_lines_envelope() {
     let total = s.get(&tok, "/compute_total_balance", &format!("uuid={main}"));
     assert_eq!(total.json["total_balance"], json!(1444.81), "{}", total.text);
     // A choice naming no line of the file, or no account, is refused and changes nothing.
-    let bad = pct(&json!({"imp:000111222:A9": fun}).to_string());
+    let bad = common::pct(&json!({"imp:000111222:A9": fun}).to_string());
     let r = import(
         &s,
         &tok,
@@ -245,7 +245,7 @@ fn rules_and_the_clients_choices_pick_each_lines_envelope() {
     );
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(r.err().contains("imp:000111222:A9 is not the import id of a line"), "{}", r.text);
-    let bad = pct(&json!({ id.replace(":A", ":Z"): "accnope" }).to_string());
+    let bad = common::pct(&json!({ id.replace(":A", ":Z"): "accnope" }).to_string());
     let r = import(
         &s,
         &tok,
@@ -494,7 +494,7 @@ fn a_csv_statement_imports_through_its_mapping() {
     let mapping = json!({"delimiter": ";", "header_first_cell": "Buchungstag", "date": {"name": "Buchungstag"},
         "date_format": "%d.%m.%Y", "amount": {"index": -1}, "payee": {"name": "Text"},
         "decimal_mark": ",", "thousands_separator": ".", "fixed_account": "DE001"});
-    let q: String = format!("commit=true&format=csv&mapping={}", pct(&mapping.to_string()));
+    let q: String = format!("commit=true&format=csv&mapping={}", common::pct(&mapping.to_string()));
     let r = import(&s, &tok, &q, csv.as_bytes());
     r.ok();
     let lines = r.json["lines"].as_array().unwrap();
@@ -509,18 +509,6 @@ fn a_csv_statement_imports_through_its_mapping() {
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(r.err().starts_with("Invalid mapping"), "{}", r.text);
     assert_eq!(s.balance(&tok, &main), "499.5");
-}
-
-fn pct(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// An OFX statement of `n` credits of 1.00 with distinct ids, spread over a year.

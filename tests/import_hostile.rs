@@ -88,7 +88,7 @@ impl Fmt {
             Fmt::Ofx1 | Fmt::Ofx2 => "format=ofx".into(),
             Fmt::Camt => "format=camt053".into(),
             Fmt::Mt940 => "format=mt940".into(),
-            Fmt::Csv => format!("format=csv&mapping={}", pct(&csv_mapping().to_string())),
+            Fmt::Csv => format!("format=csv&mapping={}", common::pct(&csv_mapping().to_string())),
         }
     }
 
@@ -216,18 +216,6 @@ impl Fmt {
 fn csv_mapping() -> Value {
     json!({"date": {"name": "Date"}, "amount": {"name": "Amount"}, "id": {"name": "Id"},
         "payee": {"name": "Payee"}, "fixed_account": Fmt::Csv.account()})
-}
-
-fn pct(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// The 1-based line of the one line of `text` that holds `needle`.
@@ -574,7 +562,7 @@ fn impossible_dates_are_refused_naming_the_line_and_the_date() {
         m.insert("date_format".into(), json!("%Y%m%d"));
         Value::Object(m)
     });
-    let q = format!("format=csv&mapping={}", pct(&mapping.expect("a mapping").to_string()));
+    let q = format!("format=csv&mapping={}", common::pct(&mapping.expect("a mapping").to_string()));
     let body = "Date,Amount,Id,Payee\n20250105,1.00,G1,P\n20251345,1.00,D3,P\n";
     refused(&s, &a, &q, body.as_bytes(), 3, "`20251345` is not a date", BOUND);
 }
@@ -686,7 +674,7 @@ fn csv_rows_with_more_fields_than_the_header_are_refused_naming_the_row() {
         m.insert("header_first_cell".into(), json!("Date"));
         Value::Object(m)
     });
-    let q = format!("format=csv&mapping={}", pct(&mapping.expect("a mapping").to_string()));
+    let q = format!("format=csv&mapping={}", common::pct(&mapping.expect("a mapping").to_string()));
     let body = "Bank export\r\nAccount,X\r\n\r\nDate,Amount,Id,Payee\r\n2025-01-05,1.00,W1,\"Shop, Inc\"\r\n\
                 2025-01-06,2.00,W2,\"two\r\nlines\"\r\n\r\n2025-01-07,3.00,W3,P,,\r\n";
     refused(&s, &a, &q, body.as_bytes(), 9, "the row has 6 fields, more than the header's 4", BOUND);

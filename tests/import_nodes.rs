@@ -21,15 +21,6 @@ use serde_json::{json, Value};
 /// whichever of two racing imports comes first.
 const INITIAL_CENTS: i64 = 100_000;
 
-/// A fresh database, or `None` (with a note) when no test PostgreSQL is configured.
-fn database(test: &str) -> Option<String> {
-    let db = common::fresh_database();
-    if db.is_none() {
-        eprintln!("{test}: skipped, PFM_TEST_DATABASE_URL is not set (.ci/postgres.sh sets it)");
-    }
-    db
-}
-
 /// The real binary on `db`; the nodes share the token secret the first one kept in the database.
 fn node(db: &str) -> Node {
     proc::spawn(&std::env::temp_dir(), &["--database-url", db], &[])
@@ -102,19 +93,7 @@ fn csv(lines: RangeInclusive<usize>) -> String {
 fn csv_query(acct: &str) -> String {
     let mapping = json!({"delimiter": ";", "date": {"name": "Date"}, "amount": {"name": "Amount"},
         "payee": {"name": "Text"}, "decimal_mark": ",", "fixed_account": acct});
-    format!("format=csv&mapping={}", pct(&mapping.to_string()))
-}
-
-fn pct(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+    format!("format=csv&mapping={}", common::pct(&mapping.to_string()))
 }
 
 /// One statement file and what applying it once must leave: the import id of each of its lines.
@@ -300,7 +279,9 @@ fn at_once(a: &Node, b: &Node, tok: &str, sts: [&Statement; 2]) -> ([Resp; 2], b
 
 #[test]
 fn the_same_statement_sent_to_two_nodes_at_once_is_applied_exactly_once() {
-    let Some(db) = database("the_same_statement_sent_to_two_nodes_at_once_is_applied_exactly_once") else {
+    let Some(db) =
+        common::pg_database("the_same_statement_sent_to_two_nodes_at_once_is_applied_exactly_once")
+    else {
         return;
     };
     let (a, b) = (node(&db), node(&db));
@@ -349,9 +330,9 @@ fn the_same_statement_sent_to_two_nodes_at_once_is_applied_exactly_once() {
 
 #[test]
 fn a_statement_imported_on_one_node_is_all_duplicates_in_a_preview_on_the_other_at_once() {
-    let Some(db) =
-        database("a_statement_imported_on_one_node_is_all_duplicates_in_a_preview_on_the_other_at_once")
-    else {
+    let Some(db) = common::pg_database(
+        "a_statement_imported_on_one_node_is_all_duplicates_in_a_preview_on_the_other_at_once",
+    ) else {
         return;
     };
     let (a, b) = (node(&db), node(&db));
@@ -379,7 +360,8 @@ fn a_statement_imported_on_one_node_is_all_duplicates_in_a_preview_on_the_other_
 
 #[test]
 fn an_overlapping_statement_adds_only_its_new_lines_on_either_node() {
-    let Some(db) = database("an_overlapping_statement_adds_only_its_new_lines_on_either_node") else {
+    let Some(db) = common::pg_database("an_overlapping_statement_adds_only_its_new_lines_on_either_node")
+    else {
         return;
     };
     let (a, b) = (node(&db), node(&db));

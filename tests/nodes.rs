@@ -12,15 +12,6 @@ use std::time::{Duration, Instant};
 use common::proc::{self, Proc as Node};
 use serde_json::{json, Value};
 
-/// A fresh database, or `None` (with a note) when no test PostgreSQL is configured.
-fn database(test: &str) -> Option<String> {
-    let db = common::fresh_database();
-    if db.is_none() {
-        eprintln!("{test}: skipped, PFM_TEST_DATABASE_URL is not set (.ci/postgres.sh sets it)");
-    }
-    db
-}
-
 /// Starts the real binary on `db` with no token secret of its own: the nodes share the one the
 /// first node generated in the database.
 fn node(db: &str) -> Node {
@@ -119,7 +110,7 @@ fn main_ids(n: &Node, tok: &str, main: &str) -> Vec<String> {
 
 #[test]
 fn writes_on_one_node_are_read_on_the_other_at_once() {
-    let Some(db) = database("writes_on_one_node_are_read_on_the_other_at_once") else { return };
+    let Some(db) = common::pg_database("writes_on_one_node_are_read_on_the_other_at_once") else { return };
     let (a, b) = (node(&db), node(&db));
     let (tok, main) = user(&a, &b, "alice", 100);
     let needs = ok(req(
@@ -175,7 +166,8 @@ fn writes_on_one_node_are_read_on_the_other_at_once() {
 
 #[test]
 fn one_transaction_number_sent_to_both_nodes_at_once_succeeds_once() {
-    let Some(db) = database("one_transaction_number_sent_to_both_nodes_at_once_succeeds_once") else {
+    let Some(db) = common::pg_database("one_transaction_number_sent_to_both_nodes_at_once_succeeds_once")
+    else {
         return;
     };
     let (a, b) = (node(&db), node(&db));
@@ -202,7 +194,9 @@ fn one_transaction_number_sent_to_both_nodes_at_once_succeeds_once() {
 
 #[test]
 fn kill_9_of_one_node_mid_load_loses_no_acknowledged_write() {
-    let Some(db) = database("kill_9_of_one_node_mid_load_loses_no_acknowledged_write") else { return };
+    let Some(db) = common::pg_database("kill_9_of_one_node_mid_load_loses_no_acknowledged_write") else {
+        return;
+    };
     let a = node(&db);
     let b = node(&db);
     let users: Vec<(String, String)> = (0..4).map(|i| user(&a, &b, &format!("load{i}"), 1000)).collect();
@@ -306,7 +300,8 @@ fn kill_9_of_one_node_mid_load_loses_no_acknowledged_write() {
 /// connection held by such writes the node stalled 10 s per request and answered 503.
 #[test]
 fn more_users_than_pooled_connections_alternating_nodes_all_go_through() {
-    let Some(db) = database("more_users_than_pooled_connections_alternating_nodes_all_go_through") else {
+    let Some(db) = common::pg_database("more_users_than_pooled_connections_alternating_nodes_all_go_through")
+    else {
         return;
     };
     let (a, b) = (node(&db), node(&db));
@@ -345,7 +340,7 @@ fn more_users_than_pooled_connections_alternating_nodes_all_go_through() {
 /// lock and then answers with what the first kept (a replay), never a second deposit.
 #[test]
 fn one_idempotency_key_sent_to_both_nodes_at_once_writes_once() {
-    let Some(db) = database("one_idempotency_key_sent_to_both_nodes_at_once_writes_once") else {
+    let Some(db) = common::pg_database("one_idempotency_key_sent_to_both_nodes_at_once_writes_once") else {
         return;
     };
     let (a, b) = (node(&db), node(&db));
@@ -445,7 +440,7 @@ impl Relay {
 /// long as it lasts, and the node serves again once the database answers, without a restart.
 #[test]
 fn a_database_that_stops_answering_gets_503_not_a_hang() {
-    let Some(db) = database("a_database_that_stops_answering_gets_503_not_a_hang") else { return };
+    let Some(db) = common::pg_database("a_database_that_stops_answering_gets_503_not_a_hang") else { return };
     // postgres://user@host:port/name -> the same through the relay.
     let (head, rest) = db.rsplit_once('@').expect("user@host in the URL");
     let (hostport, name) = rest.split_once('/').expect("/db in the URL");

@@ -285,3 +285,26 @@ pub fn split_answer(out: &[u8]) -> Option<(String, String)> {
         rest = rest.get(size + 2..)?;
     }
 }
+
+/// `s` percent-encoded for a query string (every byte but unreserved characters).
+pub fn pct(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// A fresh PostgreSQL database for a multi-node test, or `None` (the test then says it is
+/// skipped) when `PFM_TEST_DATABASE_URL` is not set.
+pub fn pg_database(test: &str) -> Option<String> {
+    let db = fresh_database();
+    if db.is_none() {
+        eprintln!("{test}: skipped, PFM_TEST_DATABASE_URL is not set (.ci/postgres.sh sets it)");
+    }
+    db
+}
