@@ -259,6 +259,9 @@ fn schedules_are_listed_changed_and_deleted_and_bad_rules_are_refused() {
     s.restart();
     let list = s.get(&tok, "/schedules", "");
     assert_eq!(list.json["schedules"][0]["amount"], json!(750), "{}", list.text);
+    let one = s.get(&tok, "/schedule", &format!("id={id}"));
+    assert_eq!(one.json["schedule"]["amount"], json!(750), "{}", one.text);
+    s.get(&tok, "/schedule", "id=999").fails(404, "Schedule not found");
     s.post(&tok, "/update_schedule", json!({"id": 999, "amount": 1})).fails(404, "Schedule not found");
     s.post(&tok, "/delete_schedule", json!({"id": id})).ok();
     s.post(&tok, "/delete_schedule", json!({"id": id})).fails(404, "Schedule not found");

@@ -61,6 +61,7 @@ pub enum Ep {
     DeleteCsvMapping,
     /// Scheduled transactions (docs/schedules.md).
     ListSchedules,
+    GetSchedule,
     CreateSchedule,
     UpdateSchedule,
     DeleteSchedule,
@@ -182,6 +183,7 @@ pub static ENDPOINTS: &[&Endpoint] = &[
     &settings::SAVE_MAPPING,
     &settings::DELETE_MAPPING,
     &schedules::LIST,
+    &schedules::GET,
     &schedules::CREATE,
     &schedules::UPDATE,
     &schedules::DELETE,

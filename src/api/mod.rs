@@ -207,6 +207,7 @@ fn call<'a>(app: &'a App, ep: Ep, rq: &'a Rq) -> Handling<'a> {
         Ep::SaveCsvMapping => writes(import_settings::save_mapping(app, rq)),
         Ep::DeleteCsvMapping => writes(import_settings::delete_mapping(app, rq)),
         Ep::ListSchedules => fields(schedules::list(app, rq)),
+        Ep::GetSchedule => fields(schedules::get(app, rq)),
         Ep::CreateSchedule => writes(schedules::create(app, rq)),
         Ep::UpdateSchedule => writes(schedules::update(app, rq)),
         Ep::DeleteSchedule => writes(schedules::delete(app, rq)),

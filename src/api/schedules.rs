@@ -137,6 +137,16 @@ pub static LIST: Endpoint = Endpoint::read(
     &[NO_TREE],
 );
 
+pub static GET: Endpoint = Endpoint::read(
+    "/schedule",
+    Ep::GetSchedule,
+    "Failed to get schedule",
+    "One schedule, with its next open occurrence",
+    &[&ID],
+    &[SCHEDULE_FIELD],
+    &[NO_TREE, NO_SCHEDULE],
+);
+
 pub static CREATE: Endpoint = Endpoint::write(
     "/create_schedule",
     Ep::CreateSchedule,
@@ -513,6 +523,13 @@ pub async fn list(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let day = today(rq);
     let rows = schedules_of(&st.tree).into_iter().map(|s| schedule_obj(s, day, &st.tree).finish());
     Ok(Obj::new().raw("schedules", &array(rows.collect::<Vec<_>>())))
+}
+
+pub async fn get(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
+    let id = rq.params.req_num_of(&ID)? as u64;
+    let st = snapshot(app, rq).await?;
+    let s = schedule_of(&st.tree, id)?;
+    Ok(Obj::new().obj("schedule", schedule_obj(&s, today(rq), &st.tree)))
 }
 
 pub async fn create(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
