@@ -22,6 +22,7 @@
 use super::dates::{day_of, DAY_SECS};
 use super::engine::{Ctx, Mode, OpError, Origin, Posting};
 use super::frac::Frac;
+use super::num::div_round;
 use super::text::Text;
 use super::tree::{Account, AccountId, IdMap, Kind, Status, Tree};
 
@@ -56,6 +57,8 @@ pub enum Refusal {
     OutsideWindow,
     /// The amount is not positive.
     NotPositive,
+    /// The amount is above the largest the service takes (SPEC 3.4: 1,000,000,000,000.00).
+    TooLarge,
     /// No such account in the tree.
     UnknownAccount(AccountId),
     /// A move from an account to itself.
@@ -162,6 +165,10 @@ pub struct Forecast {
 
 const CHANNEL: Text = Text::Static("Forecast");
 
+/// The largest single amount the service accepts, in cents (SPEC 3.4 step 5; the API's
+/// `MONEY_MAX_CENTS`, which the domain cannot name).
+const MAX_AMOUNT_CENTS: i64 = 100_000_000_000_000;
+
 /// Projects `tree` over `today ..= today + days` under `planned` (see the module comment), and
 /// reports on the subtree of `scope` (the whole tree when `None`).
 pub fn forecast(
@@ -188,9 +195,9 @@ fn simulate(
     let mut slot: IdMap<usize> = IdMap::default();
     slot.reserve(ids.len());
     let mut accounts = Vec::with_capacity(ids.len());
-    for (i, id) in ids.iter().enumerate() {
+    for id in &ids {
         let Some(a) = tree.get(*id) else { continue };
-        slot.insert(*id, i);
+        slot.insert(*id, accounts.len());
         let due = a.grand.as_ref().map(|g| g.amount_due_cents);
         accounts.push(AccountForecast {
             id: *id,
@@ -310,6 +317,9 @@ fn total(t: &Tree) -> i128 {
 fn check(t: &Tree, p: &Planned, now: i64) -> Result<(), Refusal> {
     if p.amount_cents <= 0 {
         return Err(Refusal::NotPositive);
+    }
+    if p.amount_cents > MAX_AMOUNT_CENTS {
+        return Err(Refusal::TooLarge);
     }
     let get = |id| t.get(id).ok_or(Refusal::UnknownAccount(id));
     let covers = |a: &Account| {
@@ -440,15 +450,18 @@ fn bill_occurrences(tree: &Tree, ids: &[AccountId], first: i64, last: i64) -> Ve
 /// are counted as the rollover would count them at the due instant.
 fn bill_due(a: &Account, o: &Occurrence, outflows: &[(AccountId, i64)]) -> Option<BillDue> {
     let g = a.grand.as_ref()?;
-    let mut periods: Frac = g.periods;
+    let mut k = 0;
     if let (Some(due), Some(f)) = (g.due_date_secs, g.freq_days) {
         if g.account_type == "Bill" && f >= 1 && o.due_secs > due {
             let period = i64::from(f) * DAY_SECS;
-            // A count the engine could not store either (periods beyond 64 bits): no figure.
-            periods = periods.add_int((o.due_secs - due + period - 1) / period)?;
+            k = (o.due_secs - due + period - 1) / period;
         }
     }
-    let target = periods.times_round(g.fixed_amount_cents);
+    // target(periods + k, fixed) without reducing the fraction (`Frac::add_int` does, with
+    // 128-bit divisions, for every due date); rounding does not depend on the representation.
+    let Frac { num, den } = g.periods;
+    let periods_num = i128::from(num) + i128::from(k) * i128::from(den);
+    let target = div_round(periods_num.checked_mul(i128::from(g.fixed_amount_cents))?, i128::from(den));
     let paid: i64 = outflows.iter().filter(|(id, _)| *id == a.uuid).map(|(_, c)| *c).sum();
     let balance = i128::from(a.balance_cents);
     Some(BillDue {
@@ -743,21 +756,34 @@ mod tests {
 
     #[test]
     fn an_operation_the_engine_refuses_leaves_no_trace() {
-        let t = Tree::new_user(1, 0);
-        let big = 1i64 << 62;
+        let mut t = Tree::new_user(1, 0);
+        add_child(&mut t, 2, 1, 500_000, 0);
+        add_grand(&mut t, 3, 2, 1_000_000, 0, open(100));
+        add_child(&mut t, 4, 1, 500_000, 0);
+        // Its target does not fit 64-bit cents: the engine refuses any money reaching it, after
+        // the ledger counted it and, for a move, after debiting the source.
+        let huge = Frac::int(i64::MAX / 2);
+        Arc::make_mut(t.accounts.get_mut(&3).unwrap()).grand.as_mut().unwrap().periods = huge;
         let plan = [
-            planned(TODAY, Movement::Deposit { to: 1 }, big),
-            planned(TODAY, Movement::Deposit { to: 1 }, 5),
-            // Overflows 64-bit cents: refused by the engine after the ledger counted it.
-            planned(TODAY + 1, Movement::Deposit { to: 1 }, big),
-            planned(TODAY + 2, Movement::Withdraw { from: 1 }, 7),
+            planned(TODAY, Movement::Deposit { to: 4 }, 800),
+            planned(TODAY, Movement::Deposit { to: 1 }, 1_000),
+            planned(TODAY + 1, Movement::Withdraw { from: 4 }, 300),
+            planned(TODAY + 1, Movement::Deposit { to: 3 }, 500),
+            planned(TODAY + 2, Movement::Move { from: 4, to: 2 }, 100),
+            planned(TODAY + 2, Movement::Deposit { to: 2 }, MAX_AMOUNT_CENTS + 1),
         ];
         let (f, end) = simulate(&t, &plan, TODAY, 5, None);
         let reasons: Vec<_> = f.unapplied.iter().map(|u| (u.index, u.reason)).collect();
-        assert_eq!(reasons, [(2, Refusal::Engine(OpError::TooLarge))]);
-        assert_eq!(f.accounts[0].points, [(TODAY, big + 5), (TODAY + 2, big - 2)]);
+        let engine = Refusal::Engine(OpError::TooLarge);
+        assert_eq!(reasons, [(1, engine), (3, engine), (4, engine), (5, Refusal::TooLarge)]);
+        for a in &f.accounts {
+            let want: &[(i64, i64)] = if a.id == 4 { &[(TODAY, 800), (TODAY + 1, 500)] } else { &[] };
+            assert_eq!(a.points, want, "{}", a.id);
+        }
         assert_eq!(check_invariants(&end), Ok(()));
-        assert_eq!(f.money.end_cents, i128::from(big - 2));
+        assert_eq!(end.ledger.deposits_cents, 800);
+        let want = MoneyFlow { start_cents: 0, deposited_cents: 800, withdrawn_cents: 300, end_cents: 500 };
+        assert_eq!(f.money, want);
     }
 
     /// The service's answer to one movement: its checks before the engine runs (6.1, 6.2, 6.4),
