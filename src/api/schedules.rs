@@ -845,6 +845,7 @@ pub async fn forecast(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
         let why = match u.reason {
             Refusal::OutsideWindow => "outside the window".to_string(),
             Refusal::NotPositive => "the amount is not positive".to_string(),
+            Refusal::TooLarge => "the amount is larger than the service takes".to_string(),
             Refusal::UnknownAccount(_) => "an account of the schedule no longer exists".to_string(),
             Refusal::SameAccount => "a move to the same account".to_string(),
             Refusal::NotCovered { shortfall_cents, .. } => format!(
