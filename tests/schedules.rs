@@ -364,3 +364,30 @@ fn common_day(secs: i64) -> String {
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02}")
 }
+
+/// A changed rule starts afresh from today: nothing before today is posted for it, and its
+/// occurrences never share a transaction id with the old rule's.
+#[test]
+fn a_changed_rule_owes_nothing_before_today_and_its_ids_never_meet_the_old_ones() {
+    let s = srv();
+    let (tok, main) = s.user("sch_rerule", "0");
+    let c = s.post(
+        &tok,
+        "/create_schedule",
+        json!({"name": "Allowance", "type": "deposit", "uuid": main,
+        "amount": 5, "unit": "days", "start": "2025-07-10"}),
+    );
+    let id = c.json["schedule"]["id"].as_i64().unwrap();
+    until("the first allowance", || s.balance(&tok, &main) == "5");
+    // Moved to start a year earlier, weekly: no catch-up of last year.
+    let u = s.post(&tok, "/update_schedule", json!({"id": id, "unit": "weeks", "start": "2024-07-11"}));
+    u.ok();
+    assert_eq!(u.json["schedule"]["next"]["date"], "2025-07-10", "{}", u.text);
+    two_passes(&s);
+    // Today's weekly occurrence is a new one (another id), so it posts too.
+    until("today's weekly allowance", || s.balance(&tok, &main) == "10");
+    two_passes(&s);
+    assert_eq!(s.balance(&tok, &main), "10");
+    let got: Vec<String> = ids(&s, &tok, &main).into_iter().filter(|i| i.starts_with("sch:")).collect();
+    assert_eq!(got, [format!("sch:{id}:0"), format!("sch:{id}r1:52")]);
+}

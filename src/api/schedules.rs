@@ -308,10 +308,7 @@ fn occurrence_obj(s: &Schedule, o: &Occurrence, today: i64, tree: &Tree) -> Obj 
     if let Some(to) = to {
         obj = obj.str("to_uuid", &fmt_uuid(to)).opt_str("to_name", tree.get(to).map(|a| a.name.as_str()));
     }
-    obj = obj
-        .money("amount", signed.into())
-        .str("state", state.name())
-        .str("transaction_id", &sch::txid(s.id, o.n));
+    obj = obj.money("amount", signed.into()).str("state", state.name()).str("transaction_id", &s.txid(o.n));
     if let State::Failed(why) = &state {
         obj = obj.str("reason", why);
     }
@@ -414,6 +411,7 @@ fn read_terms(rq: &Rq, ep: &Endpoint, base: Option<&Schedule>, tree: &Tree) -> R
             done: BTreeSet::new(),
             skipped: BTreeSet::new(),
             failed: BTreeMap::new(),
+            rev: 0,
         },
     };
     p.check_lengths(ep.params)?;
@@ -562,7 +560,10 @@ pub async fn update(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let day = today(rq);
     mutate(app, rq, |ctx, _| {
         let old = schedule_of(ctx.tree, id)?;
-        let s = read_terms(rq, &UPDATE, Some(&old), ctx.tree)?;
+        let mut s = read_terms(rq, &UPDATE, Some(&old), ctx.tree)?;
+        if s.recur != old.recur {
+            s.renumber(day);
+        }
         let obj = schedule_obj(&s, day, ctx.tree);
         store(ctx, s, day);
         Ok(Obj::new().obj("schedule", obj))
@@ -601,17 +602,19 @@ pub async fn post_now(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let id = rq.params.req_num_of(&ID)? as u64;
     let day = today(rq);
     let st = snapshot(app, rq).await?;
-    let open = schedule_of(&st.tree, id)?.first_open().ok_or_else(|| NOTHING_OPEN.err())?;
+    let snap = schedule_of(&st.tree, id)?;
+    let open = snap.first_open().ok_or_else(|| NOTHING_OPEN.err())?;
+    let open_id = snap.txid(open.n);
     drop(st);
     let (guard, cur) = match super::lock_tree(app, rq, super::no_tree).await? {
         super::Locked::Tree(g, c) => (g, c),
         super::Locked::Answered(a) => return Ok(a),
     };
-    let posted_before = guard.main_txid_exists(&sch::txid(id, open.n)).await?;
+    let posted_before = guard.main_txid_exists(&open_id).await?;
     super::mutate_locked(app, guard, cur, rq, |ctx, _| {
         let mut s = schedule_of(ctx.tree, id)?;
         let o = s.first_open().ok_or_else(|| NOTHING_OPEN.err())?;
-        if o.n != open.n {
+        if s.txid(o.n) != open_id {
             return Err(ApiError::new(409, "Failed to post: the schedule changed meanwhile; try again"));
         }
         if !posted_before {
@@ -650,7 +653,7 @@ pub async fn upcoming(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
 
 /// Posts occurrence `o` of `s` on `ctx`, dated `day`; why not, when SPEC's rules refuse it.
 fn post(ctx: &mut Ctx, s: &Schedule, o: &Occurrence, day: i64) -> Result<(), String> {
-    let id = sch::txid(s.id, o.n);
+    let id = s.txid(o.n);
     let note =
         Arc::new(Note { payee: Some(s.name.clone()), memo: None, import_id: None, schedule: Some(s.id) });
     let channel = Text::from(format!("schedule:{}", s.name));
@@ -732,7 +735,7 @@ async fn post_due(app: &App, user: &str, day: i64) -> Result<usize, ApiError> {
     let mut due: Vec<(u64, Occurrence, bool)> = Vec::new();
     for s in schedules_of(&cur.tree).into_iter().filter(|s| s.auto) {
         for o in s.due(day, POST_BATCH) {
-            let there = guard.main_txid_exists(&sch::txid(s.id, o.n)).await?;
+            let there = guard.main_txid_exists(&s.txid(o.n)).await?;
             due.push((s.id, o, there));
         }
     }

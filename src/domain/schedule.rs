@@ -73,6 +73,9 @@ pub struct Schedule {
     pub skipped: BTreeSet<u32>,
     /// Due occurrences the engine refused, with why (retried until they post or are skipped).
     pub failed: BTreeMap<u32, Text>,
+    /// Raised each time the rule changes: occurrences are numbered afresh, and their
+    /// transaction ids carry the revision so they never meet an earlier rule's.
+    pub rev: u32,
 }
 
 /// What became, or will become, of one occurrence.
@@ -100,9 +103,24 @@ impl State {
     }
 }
 
-/// The transaction id an occurrence posts under.
-pub fn txid(schedule: u64, n: u32) -> Text {
-    Text::from(format!("sch:{schedule}:{n}"))
+impl Schedule {
+    /// The transaction id occurrence `n` posts under.
+    pub fn txid(&self, n: u32) -> Text {
+        match self.rev {
+            0 => Text::from(format!("sch:{}:{n}", self.id)),
+            r => Text::from(format!("sch:{}r{r}:{n}", self.id)),
+        }
+    }
+
+    /// A new rule: the series starts afresh from `today` (nothing before today is owed, as for a
+    /// new schedule) under a new revision.
+    pub fn renumber(&mut self, today: i64) {
+        self.rev += 1;
+        self.next = self.recur.next_from(today).map_or(u32::MAX, |o| o.n);
+        self.done.clear();
+        self.skipped.clear();
+        self.failed.clear();
+    }
 }
 
 /// The settings key of schedule `id`.
@@ -223,6 +241,7 @@ mod tests {
             done: BTreeSet::new(),
             skipped: BTreeSet::new(),
             failed: BTreeMap::new(),
+            rev: 0,
         }
     }
 
