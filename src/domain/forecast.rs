@@ -15,9 +15,14 @@
 //!   move `Ctx::transfer`. Bill rollovers therefore happen exactly when the engine does them (when
 //!   money reaches the bill or its parent splits); reads, this forecast's included, never roll
 //!   over.
-//! - A movement the service would refuse changes nothing and is reported with why: an unknown
-//!   account, a move to itself, an amount the account does not hold (6.2 error 10, 6.4 error
-//!   10), a destination not active after its rollover (6.1 error 12, 6.4 error 11).
+//! - A movement the service would refuse changes nothing and is reported with why: an amount
+//!   not positive or too large, an unknown account, a move to itself, an amount the account does
+//!   not hold (6.2 error 10, 6.4 error 10), a destination not active after its rollover (6.1
+//!   error 12, 6.4 error 11), or the engine's own refusal.
+//! - Bills are reported at the end of each due day inside the window (see [`BillDue`]).
+//!
+//! Cost: one engine operation per movement applied and one look per bill due date; days without
+//! either cost nothing.
 
 use super::dates::{day_of, DAY_SECS};
 use super::engine::{Ctx, Mode, OpError, Origin, Posting};
@@ -244,7 +249,7 @@ fn simulate(
         while let Some(&i) = order.get(pi).filter(|&&i| planned[i].day == day) {
             pi += 1;
             let p = &planned[i];
-            let now = day * DAY_SECS;
+            let now = day.saturating_mul(DAY_SECS);
             if let Err(reason) = check(&work, p, now) {
                 unapplied.push(refused(i, p, reason));
                 continue;
@@ -391,7 +396,7 @@ fn replay(tree: &Tree, planned: &[Planned], applied: &[usize]) -> Tree {
     let mut t = tree.clone();
     for &i in applied {
         let p = &planned[i];
-        let mut ctx = Ctx::new(&mut t, p.day * DAY_SECS);
+        let mut ctx = Ctx::new(&mut t, p.day.saturating_mul(DAY_SECS));
         // Each applied before on this very state, and the engine is deterministic in everything
         // but generated ids.
         let r = post(&mut ctx, p);
