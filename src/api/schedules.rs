@@ -636,12 +636,8 @@ pub async fn upcoming(app: &App, rq: &Rq) -> Result<Obj, ApiError> {
     let day = today(rq);
     let mut rows: Vec<(i64, u64, u32, String)> = Vec::new();
     for s in schedules_of(&st.tree) {
-        let mut seen = BTreeSet::new();
-        // Still open from before today (due, waiting or failed), then the window.
-        for o in s.due(day - 1, 100).into_iter().chain(s.recur.occurrences_between(day, day + days)) {
-            if seen.insert(o.n) {
-                rows.push((o.day, s.id, o.n, occurrence_obj(s, &o, day, &st.tree).finish()));
-            }
+        for o in s.open_and_coming(day, day + days, 100) {
+            rows.push((o.day, s.id, o.n, occurrence_obj(s, &o, day, &st.tree).finish()));
         }
     }
     rows.sort_by_key(|r| (r.0, r.1, r.2));
@@ -732,18 +728,18 @@ pub async fn poster_pass(app: &App) -> Result<usize, ApiError> {
 async fn post_due(app: &App, user: &str, day: i64) -> Result<usize, ApiError> {
     let guard = app.users.lock(user).await?;
     let Some(cur) = guard.current.clone() else { return Ok(0) };
-    let mut due: Vec<(u64, Occurrence, bool)> = Vec::new();
+    let mut due: Vec<(u64, Occurrence, Text)> = Vec::new();
     for s in schedules_of(&cur.tree).into_iter().filter(|s| s.auto) {
-        for o in s.due(day, POST_BATCH) {
-            let there = guard.main_txid_exists(&s.txid(o.n)).await?;
-            due.push((s.id, o, there));
-        }
+        due.extend(s.due(day, POST_BATCH).into_iter().map(|o| (s.id, o, s.txid(o.n))));
     }
+    // Posted already (the index holds its id): one round trip for them all on a shared engine.
+    let ids: Vec<&str> = due.iter().map(|(_, _, id)| id.as_str()).collect();
+    let posted_before = guard.main_txids_exist(&ids).await?;
     let now_secs = app.clock.now_micros().div_euclid(1_000_000);
     let mut tree = cur.tree.clone();
     let mut ctx = Ctx::new(&mut tree, now_secs);
     let mut posted = 0;
-    for (id, o, there) in &due {
+    for ((id, o, _), there) in due.iter().zip(&posted_before) {
         let mut s = schedule_of(ctx.tree, *id)?;
         if *there {
             s.settle(o.n, false);
@@ -783,9 +779,8 @@ fn planned(tree: &Tree, today: i64, last: i64) -> Vec<crate::domain::forecast::P
             What::Withdraw { from } => Movement::Withdraw { from },
             What::Move { from, to } => Movement::Move { from, to },
         };
-        let mut seen = BTreeSet::new();
-        for o in s.due(today - 1, POST_BATCH).into_iter().chain(s.recur.occurrences_between(today, last)) {
-            if s.settled(o.n) || s.skipped.contains(&o.n) || !seen.insert(o.n) {
+        for o in s.open_and_coming(today, last, POST_BATCH) {
+            if s.settled(o.n) || s.skipped.contains(&o.n) {
                 continue;
             }
             out.push(Planned {

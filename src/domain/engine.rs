@@ -29,6 +29,16 @@ pub struct TxRecord {
     pub note: Option<Arc<Note>>,
 }
 
+impl TxRecord {
+    /// Whether the index of transaction ids holds this record's id, in an account of a tree
+    /// whose main account is `root`: every id of the main account's log (SPEC D28), and the id
+    /// of a record made from outside (a statement line, a schedule's occurrence), whatever its
+    /// account, which must never be applied twice.
+    pub fn indexed(&self, acc: AccountId, root: AccountId) -> bool {
+        acc == root || self.note.is_some()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpError {
     /// A child-kind target is not `active` (deposit 12, move_balance 11).
@@ -226,9 +236,7 @@ impl<'a> Ctx<'a> {
         let mut seen = std::collections::HashSet::new();
         let mut notes = Vec::new();
         for (acc, seq, rec) in &records {
-            // A record made from outside (a statement line, a schedule's occurrence) has an id
-            // that must never be applied twice, whatever its account.
-            if (*acc == t.root || rec.note.is_some()) && seen.insert(rec.id.as_str()) {
+            if rec.indexed(*acc, t.root) && seen.insert(rec.id.as_str()) {
                 main_txids.push(rec.id.clone());
             }
             if let Some(n) = &rec.note {

@@ -187,6 +187,17 @@ impl Schedule {
         out
     }
 
+    /// What /upcoming and the forecast look at: every occurrence still open from before `today`
+    /// (due, waiting or failed; at most `max`), then every occurrence of `today ..= last`, each
+    /// once, in order.
+    pub fn open_and_coming(&self, today: i64, last: i64, max: usize) -> Vec<Occurrence> {
+        let mut seen = BTreeSet::new();
+        let mut out = self.due(today - 1, max);
+        out.extend(self.recur.occurrences_between(today, last));
+        out.retain(|o| seen.insert(o.n));
+        out
+    }
+
     /// The first unsettled occurrence, due or not.
     pub fn first_open(&self) -> Option<Occurrence> {
         let mut n = self.next;

@@ -82,7 +82,7 @@ async fn read_whole(store: &dyn Store, user_id: &str) -> Result<Option<Whole>, S
     for a in &accounts {
         for (seq, rec) in store.read_log(record.user_no, a.uuid, 0, a.log_len).await?.into_iter().enumerate()
         {
-            if a.uuid == tree.root || rec.note.as_ref().is_some_and(|n| n.import_id.is_some()) {
+            if rec.indexed(a.uuid, tree.root) {
                 change.main_txids.push(rec.id.clone());
             }
             if let Some(n) = &rec.note {
