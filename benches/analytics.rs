@@ -124,7 +124,11 @@ fn run_once(f: &Fixture, ep: Ep, query: &str) {
     let params = Params::parse(Some(query), None, b"").expect("params");
     let rq = Rq {
         params,
-        ident: Some(std::sync::Arc::new(Identity { user_id: "bench".into(), role: "user".into() })),
+        ident: Some(std::sync::Arc::new(Identity {
+            user_id: "bench".into(),
+            role: "user".into(),
+            scope: pfm::auth::jwt::Scope::Full,
+        })),
         now_us: NOW * 1_000_000,
         has_auth: true,
         idem: None,

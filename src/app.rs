@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::auth::jwt::Jwt;
 use crate::auth::limits::{Backoff, RateLimiter};
 use crate::auth::password::Passwords;
+use crate::auth::pat::Usage;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::store::journal::{JournalOptions, JournalStore};
@@ -26,6 +27,8 @@ pub struct App {
     pub ip_limiter: RateLimiter,
     pub auth_backoff: Backoff,
     pub login_backoff: Backoff,
+    /// When each personal access token was last used on this node (docs/tokens.md).
+    pub token_use: Usage,
 }
 
 /// Reads `<dir>/jwt_secret`, creating it from 32 random bytes (hex, mode 0600) when missing.
@@ -100,6 +103,7 @@ impl App {
             ip_limiter: RateLimiter::with_capacity(cfg.max_requests, cfg.window_size, cfg.max_tracked_keys),
             auth_backoff: Backoff::with_capacity(cfg.max_tracked_keys),
             login_backoff: Backoff::with_capacity(cfg.max_tracked_keys),
+            token_use: Usage::default(),
             cfg,
             clock,
         }))

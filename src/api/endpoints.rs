@@ -2,7 +2,9 @@
 //! handler; this table is what the router, the OpenAPI document and the metrics labels read.
 
 use super::decl::{row, Access, Body, Endpoint, Param, Row, Shape, Verb};
-use super::{analytics, attrs, auth, import, import_settings as settings, money, schedules, sync, tree};
+use super::{
+    analytics, attrs, auth, import, import_settings as settings, money, schedules, sync, tokens, tree,
+};
 
 /// Which handler answers a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +71,10 @@ pub enum Ep {
     PostSchedule,
     Upcoming,
     Forecast,
+    /// Personal access tokens (docs/tokens.md).
+    CreateToken,
+    ListTokens,
+    RevokeToken,
     /// Operational endpoints answered by `http` itself, never by a handler.
     Ops(Op),
 }
@@ -191,6 +197,9 @@ pub static ENDPOINTS: &[&Endpoint] = &[
     &schedules::POST_NOW,
     &schedules::UPCOMING,
     &schedules::FORECAST,
+    &tokens::CREATE,
+    &tokens::LIST,
+    &tokens::REVOKE,
 ];
 
 /// Members the reference writes as R data frames (rows of plain values, SPEC 8.3, 10.18): the

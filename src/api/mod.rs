@@ -18,6 +18,7 @@ pub mod logs;
 mod money;
 pub mod params;
 mod sync;
+pub mod tokens;
 mod tree;
 
 use std::future::Future;
@@ -215,6 +216,9 @@ fn call<'a>(app: &'a App, ep: Ep, rq: &'a Rq) -> Handling<'a> {
         Ep::PostSchedule => writes(schedules::post_now(app, rq)),
         Ep::Upcoming => fields(schedules::upcoming(app, rq)),
         Ep::Forecast => fields(schedules::forecast(app, rq)),
+        Ep::CreateToken => writes(tokens::create(app, rq)),
+        Ep::ListTokens => fields(tokens::list(app, rq)),
+        Ep::RevokeToken => writes(tokens::revoke(app, rq)),
     }
 }
 

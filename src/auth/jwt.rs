@@ -22,6 +22,23 @@ pub struct Jwt {
 pub struct Identity {
     pub user_id: String,
     pub role: Role,
+    pub scope: Scope,
+}
+
+/// What a request's credential allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// A JWT: everything the user may do.
+    Full,
+    /// A personal access token (docs/tokens.md): `write` allows everything the user may do
+    /// except creating tokens, `read` GET endpoints only.
+    Token { id: u64, write: bool },
+}
+
+impl Scope {
+    pub fn may_write(self) -> bool {
+        matches!(self, Scope::Full | Scope::Token { write: true, .. })
+    }
 }
 
 /// Largest identity (user id and role, in bytes) the verified-token cache keeps.
@@ -137,7 +154,7 @@ impl Jwt {
             Some(Value::String(s)) => Role::from(s.as_str()),
             _ => Role::User,
         };
-        Some(Verified { identity: Arc::new(Identity { user_id, role }), exp, nbf })
+        Some(Verified { identity: Arc::new(Identity { user_id, role, scope: Scope::Full }), exp, nbf })
     }
 
     /// A compact HS256 token whose header is SPEC 4.3's `{"alg":"HS256","typ":"JWT"}`, byte

@@ -4,4 +4,5 @@
 pub mod jwt;
 pub mod limits;
 pub mod password;
+pub mod pat;
 pub mod role;

@@ -20,6 +20,8 @@ pub enum Doc {
     Schedule(super::schedule::Schedule),
     /// A counter (the next id of a kind of setting).
     Counter(u64),
+    /// A personal access token (docs/tokens.md).
+    Token(super::token::AccessToken),
 }
 
 /// A user's settings by key.

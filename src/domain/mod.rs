@@ -13,5 +13,6 @@ pub mod recur;
 pub mod schedule;
 pub mod status;
 pub mod text;
+pub mod token;
 pub mod tree;
 pub mod txid;

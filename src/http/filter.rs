@@ -1,5 +1,6 @@
-//! The global request filter (SPEC 4): CORS preflight, public paths, bearer JWT, failed-auth
-//! backoff and rate limits. It runs before routing, on every path and method.
+//! The global request filter (SPEC 4): CORS preflight, public paths, bearer JWT or personal
+//! access token (docs/tokens.md), failed-auth backoff and rate limits. It runs before routing,
+//! on every path and method.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use super::response::Reply;
 use crate::app::App;
 use crate::auth::jwt::Identity;
 use crate::auth::limits::{Failure, Quota, Verdict};
+use crate::auth::pat;
 
 /// Who is asking, once the filter let the request through.
 pub enum Pass {
@@ -24,6 +26,24 @@ pub struct Passed {
     pub who: Pass,
     pub quota: Quota,
 }
+
+/// What [`run`] decided: a pass, or a personal access token whose check reads its owner's
+/// settings, which [`check_token`] finishes (it waits for storage; [`run`] never does).
+pub enum Checked {
+    Done(Passed),
+    Token(TokenCheck),
+}
+
+/// A bearer value with the token prefix, still to be checked.
+pub struct TokenCheck {
+    /// The value as sent, the failed-auth backoff's key (as a bad JWT's is).
+    text: String,
+    /// Its parts; `None` when it is not of the token format, which then fails as it is.
+    parsed: Option<pat::Parsed>,
+}
+
+/// The answer to a non-GET request made with a `read` token.
+pub const READ_ONLY: &str = "This token may only read: use a write token for this request";
 
 /// Token-exempt paths (SPEC 4.1, and the operational endpoints of docs/api.md). `/metrics` is
 /// exempt only while enabled; turned off it is an unknown path like any other.
@@ -162,6 +182,68 @@ fn limited(verdict: Verdict, quota: Quota, who: Pass, msg: &str) -> Result<Passe
     }
 }
 
+/// A failed authentication of `token`: it spends the client's IP budget (the one public paths
+/// use), so unauthenticated traffic from one address is bounded however many tokens it tries,
+/// then counts in the failed-auth backoff of that token.
+fn auth_failed(app: &App, headers: &HeaderMap, peer: IpAddr, token: &str, t: f64) -> Reply {
+    if let Verdict::Deny(s) = app.ip_limiter.check(client_ip(app, headers, &IpText::new(peer)), t) {
+        return too_many("Rate limit exceeded. Try again later.", s);
+    }
+    match app.auth_backoff.fail(token, t) {
+        Failure::Reject => {
+            crate::metrics::auth_failed("token", "401");
+            Reply::bare(401, "Invalid or expired token")
+        }
+        Failure::Wait(msg, s) => {
+            crate::metrics::auth_failed("token", "429");
+            too_many(&msg, s)
+        }
+    }
+}
+
+/// Finishes the check of a personal access token: its owner's settings say whether it stands
+/// for anyone; then the same per-user rate limit as a JWT, and a `read` token passes GET (and
+/// HEAD) only.
+pub async fn check_token(
+    app: &Arc<App>,
+    tc: TokenCheck,
+    method: &Method,
+    headers: &HeaderMap,
+    peer: IpAddr,
+    now_us: i64,
+) -> Result<Passed, Reply> {
+    let t = now_us as f64 / 1e6;
+    let found = match &tc.parsed {
+        Some(p) => crate::api::tokens::verify(app, p, now_us).await,
+        None => Ok(None),
+    };
+    let ident = match found {
+        Ok(Some(ident)) => ident,
+        Ok(None) => return Err(auth_failed(app, headers, peer, &tc.text, t)),
+        // Storage failed: not the client's fault, so no backoff; the cause goes to the log,
+        // never the token.
+        Err(e) => {
+            let (status, msg) = match e {
+                crate::api::ApiError::Client(status, msg, _) => (status, msg),
+                other => {
+                    tracing::error!(cause = ?other, "checking an access token failed");
+                    (500, "Internal error while checking the token".to_string())
+                }
+            };
+            return Err(Reply::bare(status, &msg));
+        }
+    };
+    let write = ident.scope.may_write();
+    let (verdict, quota) = app.user_limiter.check_quota(&ident.user_id, t);
+    let passed = limited(verdict, quota, Pass::User(ident), "Rate limit exceeded. Try later.")?;
+    if !write && !matches!(*method, Method::GET | Method::HEAD) {
+        let mut r = Reply::bare(403, READ_ONLY);
+        r.headers.extend(ratelimit_headers(&passed.quota));
+        return Err(r);
+    }
+    Ok(passed)
+}
+
 pub fn run(
     app: &App,
     conn: &ConnState,
@@ -170,7 +252,7 @@ pub fn run(
     headers: &HeaderMap,
     peer: IpAddr,
     now_us: i64,
-) -> Result<Passed, Reply> {
+) -> Result<Checked, Reply> {
     if app.cfg.cors_allow_origin.is_some() && method == Method::OPTIONS {
         let mut r = Reply::json(204, String::new());
         r.headers.push((
@@ -188,38 +270,31 @@ pub fn run(
     if is_public(app, method, path, headers) {
         let text = IpText::new(peer);
         let (verdict, quota) = app.ip_limiter.check_quota(client_ip(app, headers, &text), t);
-        return limited(verdict, quota, Pass::Public, "Rate limit exceeded. Try again later.");
+        return limited(verdict, quota, Pass::Public, "Rate limit exceeded. Try again later.")
+            .map(Checked::Done);
     }
     let header = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes).unwrap_or_default();
     // HTTP drops a header value's trailing whitespace, so `Bearer ` arrives as `Bearer`: that is
     // the scheme with an empty token, which fails verification (SPEC 4.2 step 2).
     let rest = if header == b"Bearer" { Some(&b""[..]) } else { header.strip_prefix(b"Bearer ") };
-    // A failed authentication also spends the client's IP budget (the one public paths use), so
-    // unauthenticated traffic from one address is bounded however many tokens it tries.
-    let ip_budget = || match app.ip_limiter.check(client_ip(app, headers, &IpText::new(peer)), t) {
-        Verdict::Allow => Ok(()),
-        Verdict::Deny(s) => Err(too_many("Rate limit exceeded. Try again later.", s)),
-    };
     let Some(rest) = rest else {
-        ip_budget()?;
+        // Spends the IP budget as a failed authentication does (see [`auth_failed`]).
+        if let Verdict::Deny(s) = app.ip_limiter.check(client_ip(app, headers, &IpText::new(peer)), t) {
+            return Err(too_many("Rate limit exceeded. Try again later.", s));
+        }
         return Err(Reply::bare(401, "Missing or invalid token"));
     };
     let token = rest.trim_ascii();
+    if pat::is_pat(token) {
+        // Tokens are ASCII: the lossy copy only for broken bytes, which fail to parse anyway.
+        let text = String::from_utf8_lossy(token).into_owned();
+        return Ok(Checked::Token(TokenCheck { parsed: pat::parse(token), text }));
+    }
     let mut memo = conn.auth.lock();
     let Some(ident) = app.jwt.verify_memo(token, t, &mut memo.token) else {
         drop(memo);
-        ip_budget()?;
         // Tokens are ASCII: the lossy copy only for broken bytes.
-        return Err(match app.auth_backoff.fail(&String::from_utf8_lossy(token), t) {
-            Failure::Reject => {
-                crate::metrics::auth_failed("token", "401");
-                Reply::bare(401, "Invalid or expired token")
-            }
-            Failure::Wait(msg, s) => {
-                crate::metrics::auth_failed("token", "429");
-                too_many(&msg, s)
-            }
-        });
+        return Err(auth_failed(app, headers, peer, &String::from_utf8_lossy(token), t));
     };
     // The same identity object as last time (the memo hands out one per token) has the same key.
     let key = match &memo.limit_key {
@@ -232,7 +307,7 @@ pub fn run(
     };
     drop(memo);
     let (verdict, quota) = app.user_limiter.check_quota_hashed(key, t);
-    limited(verdict, quota, Pass::User(ident), "Rate limit exceeded. Try later.")
+    limited(verdict, quota, Pass::User(ident), "Rate limit exceeded. Try later.").map(Checked::Done)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use serde_json::{json, Map, Value};
 
 use super::idem;
-use crate::api::decl::{Access, Body, Endpoint, Kind, Param, Shape};
+use crate::api::decl::{Access, Body, Endpoint, Kind, Param, Shape, Verb};
 use crate::api::params::MONEY_MAX_CENTS;
 use crate::api::{Ep, Op, ENDPOINTS};
 
@@ -166,7 +166,15 @@ fn common_headers(limited: bool) -> Value {
     h
 }
 
-fn error_response(status: u16, rows: &[Failure], bearer: bool, prefix: &str, keyed: bool) -> Value {
+/// `reads`: the endpoint's method is GET (a `read` access token may call it).
+fn error_response(
+    status: u16,
+    rows: &[Failure],
+    bearer: bool,
+    reads: bool,
+    prefix: &str,
+    keyed: bool,
+) -> Value {
     let what = match status {
         400 => "A parameter is missing or invalid. Besides the rows below: `Invalid request body` for a \
 malformed JSON body or one that is not an object, and `Invalid value for parameter '<name>'` for an array \
@@ -174,6 +182,9 @@ of several values or a non-empty object as a value",
         401 if bearer => "Missing, malformed or invalid bearer token: `Missing or invalid token` or \
 `Invalid or expired token` (filter-shaped: success, status, error only)",
         401 => "Unauthorized",
+        403 if bearer && !reads => "Not allowed. Besides the rows below: \
+`This token may only read: use a write token for this request` for a `read` personal access token \
+(filter-shaped: success, status, error only)",
         403 => "Not allowed",
         404 => "Not found",
         409 => "Conflict with existing data",
@@ -353,6 +364,10 @@ fn operation(e: &Endpoint) -> Value {
     }
     if e.access != Access::Public {
         statuses.push(401);
+        // A `read` personal access token on any other method (docs/tokens.md).
+        if e.verb != Verb::Get {
+            statuses.push(403);
+        }
     }
     if keyed {
         statuses.extend([400, 409, 422]);
@@ -361,7 +376,8 @@ fn operation(e: &Endpoint) -> Value {
     statuses.dedup();
     for st in statuses {
         let bearer = e.access != Access::Public;
-        responses.insert(st.to_string(), error_response(st, &rows, bearer, prefix, keyed));
+        responses
+            .insert(st.to_string(), error_response(st, &rows, bearer, e.verb == Verb::Get, prefix, keyed));
     }
     op.insert("responses".into(), Value::Object(responses));
     Value::Object(op)
@@ -378,8 +394,8 @@ fn idempotency_key_param() -> Value {
 fn components() -> Value {
     json!({
         "securitySchemes": {
-            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                "description": "HS256 JWT with a user_id claim, from /login (SPEC 4.3)."}
+            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT or pfm_pat_ token",
+                "description": "HS256 JWT with a user_id claim, from /login (SPEC 4.3), or a personal access token from /create_token (`pfm_pat_...`, docs/tokens.md): a `read` token may call GET endpoints only (any other method: 403 `This token may only read: use a write token for this request`, filter-shaped); a revoked or expired one is a 401 like an expired JWT."}
         },
         "headers": {
             "XRequestId": {"description": "The client's x-request-id when valid, else a generated UUID.",
@@ -499,6 +515,20 @@ fn components() -> Value {
                     "applies_to": {"enum": ["withdrawals", "deposits", "both"]},
                     "envelope": {"type": "string"},
                     "envelope_name": {"type": ["string", "null"], "description": "null once the envelope was deleted (the rule then chooses nothing)."}
+                }
+            },
+            "AccessToken": {
+                "type": "object",
+                "description": "A personal access token (docs/tokens.md); its text is never listed. Times are UTC, YYYY-MM-DDTHH:MM:SS.mmmZ.",
+                "required": ["id", "name", "scopes", "created", "last_used", "expires", "expired"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "name": {"type": "string"},
+                    "scopes": {"type": "array", "items": {"enum": ["read", "write"]}},
+                    "created": {"type": "string"},
+                    "last_used": {"type": ["string", "null"], "description": "Within a minute on the node that answers; other nodes' uses once written (at most once a minute)."},
+                    "expires": {"type": ["string", "null"]},
+                    "expired": {"type": "boolean"}
                 }
             },
             "CsvMapping": {

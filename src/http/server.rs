@@ -89,7 +89,19 @@ async fn handle(
     let start_us = app.clock.now_micros();
     let checked = match host_problem(&req) {
         Some(msg) => Err(Reply::bare(400, msg)),
-        None => filter::run(&app, &conn, req.method(), req.uri().path(), req.headers(), peer.ip(), start_us),
+        None => {
+            match filter::run(&app, &conn, req.method(), req.uri().path(), req.headers(), peer.ip(), start_us)
+            {
+                Ok(filter::Checked::Done(passed)) => Ok(passed),
+                // A personal access token: its owner's settings decide, read before routing. Boxed,
+                // as it waits for storage and most requests never build this future.
+                Ok(filter::Checked::Token(tc)) => {
+                    Box::pin(filter::check_token(&app, tc, req.method(), req.headers(), peer.ip(), start_us))
+                        .await
+                }
+                Err(r) => Err(r),
+            }
+        }
     };
     let mut reply = match checked {
         Err(r) => drain(&app, req.into_body(), r).await,
