@@ -420,3 +420,47 @@ fn an_idempotency_key_on_create_keeps_no_token_text() {
     assert_eq!(b.header("idempotent-replayed"), None);
     b.fails(409, "An access token with this name already exists");
 }
+
+#[test]
+fn no_token_text_reaches_the_log_or_an_answer() {
+    use common::proc;
+    let dir = tempfile::tempdir().unwrap();
+    // Debug level: every tracing event of the service, not only the access log.
+    let p = proc::spawn(dir.path(), &[], &[("LOG_FORMAT", "json"), ("RUST_LOG", "debug,hyper=info")]);
+    let a = p.addr;
+    let creds = json!({"user_id": "logme", "password": "secret123", "initial_balance": 5});
+    assert_eq!(proc::request(a, "POST", "/register", None, creds.clone()).0, 200);
+    let jwt = proc::login(a, "logme", "secret123");
+    let (st, v) =
+        proc::request(a, "POST", "/create_token", Some(&jwt), json!({"name": "t", "scope": "read"}));
+    assert_eq!(st, 200, "{v}");
+    let tok = v["token"].as_str().unwrap().to_string();
+    let secret = tok.rsplit('.').next().unwrap().to_string();
+    let forged = format!("{}{}", &tok[..tok.len() - 2], if tok.ends_with("AA") { "BB" } else { "AA" });
+    let garbage = format!("{tok}.{secret}");
+    let mut answers = Vec::new();
+    for (method, path, t, want) in [
+        ("GET", "/tokens", &tok, 200),
+        ("POST", "/deposit", &tok, 403),
+        ("GET", "/tokens", &forged, 401),
+        ("GET", "/tokens", &garbage, 401),
+    ] {
+        let r = proc::send(a, method, path, Some(t), &[], "").expect("an answer");
+        assert_eq!(r.status, want, "{method} {path}: {}", r.text);
+        answers.push(r.text);
+    }
+    let (st, _) = proc::request(a, "POST", "/revoke_token", Some(&jwt), json!({"id": 1}));
+    assert_eq!(st, 200);
+    let r = proc::send(a, "GET", "/tokens", Some(&tok), &[], "").unwrap();
+    assert_eq!(r.status, 401);
+    answers.push(r.text);
+    let mut p = p;
+    p.terminate();
+    let lines = p.lines();
+    assert!(lines.iter().any(|l| l.contains("\"access\"") && l.contains("/create_token")), "{lines:#?}");
+    for text in lines.iter().chain(&answers) {
+        for s in [&tok, &secret, &forged, &garbage] {
+            assert!(!text.contains(s.as_str()), "a token's text in {text}");
+        }
+    }
+}
