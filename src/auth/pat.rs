@@ -109,12 +109,15 @@ struct Used {
     persisted: i64,
 }
 
+/// A token: its owner, id and creation time.
+type TokenKey = (Box<str>, u64, i64);
+
 /// When each token was last used, in memory: a token used on every request would otherwise
 /// write its settings on every request. Keyed by owner, id and creation time, so a user id
 /// registered anew never inherits another token's uses.
 #[derive(Default)]
 pub struct Usage {
-    map: Mutex<HashMap<(Box<str>, u64, i64), Used>>,
+    map: Mutex<HashMap<TokenKey, Used>>,
 }
 
 impl Usage {
