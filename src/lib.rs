@@ -22,6 +22,8 @@
 //! - [`app`], [`config`], [`clock`]: the shared state, configuration (env + flags), and the one
 //!   injectable clock.
 //! - [`metrics`]: the Prometheus metrics every layer records into, through one-line calls.
+//! - [`webhook`]: outgoing webhooks' sending half: signatures, the URL and address checks, one
+//!   bounded delivery attempt, and the retry schedule.
 
 pub mod alloc;
 pub mod api;
@@ -34,6 +36,7 @@ pub mod http;
 pub mod import;
 pub mod metrics;
 pub mod store;
+pub mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
