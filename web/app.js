@@ -29,6 +29,8 @@
     // dropped, never shown to the next person on this tab.
     gen: 0,
   };
+  // Schedules, what is coming and the forecast (schedules.js), made in init.
+  let sched = null;
 
   // ---------------------------------------------------------------- API
 
@@ -303,6 +305,7 @@
     clearMessages(document);
     clearImport();
     $('imp-csv').open = false;
+    if (sched) sched.clear();
     setNotice('');
   }
 
@@ -452,6 +455,9 @@
     for (const id of ['dep-date', 'wd-date']) $(id).max = today();
     loadTransactions();
     loadChart();
+    // Only once the token has proved good: a dead one is refused once, by the tree's call.
+    sched.load();
+    sched.loadForecast();
   }
 
   function renderTotals() {
@@ -571,6 +577,7 @@
     if (btn) btn.focus();
     loadTransactions();
     loadChart();
+    sched.loadForecast();
   }
 
   function renderSelects() {
@@ -591,7 +598,7 @@
       if (prev && state.nodes.has(prev)) sel.value = prev;
       // A statement is the main account's unless the person says otherwise.
       else if (sel.id === 'imp-acc') sel.value = state.tree.account_uuid;
-      else if (sel.id === 'mv-to') sel.value = (order.find((o) => o.node.account_uuid !== state.selected) || order[0]).node.account_uuid;
+      else if (sel.id === 'mv-to' || sel.id === 'sc-to') sel.value = (order.find((o) => o.node.account_uuid !== state.selected) || order[0]).node.account_uuid;
       else sel.value = state.selected;
     }
   }
@@ -1356,14 +1363,22 @@
 
   // A modal that says where the money goes; resolves true only on an explicit "Delete".
   function confirmDelete(entry) {
+    return confirmAsk('Delete ' + entry.node.name + '?', deleteText(entry), 'Delete',
+      $('delete-form').querySelector('button[type=submit]'));
+  }
+
+  // A modal question; resolves true only on an explicit `ok`. The focus starts on Cancel and
+  // goes back to `opener` when it closes.
+  function confirmAsk(title, text, ok, opener) {
     const dlg = $('confirm');
-    $('confirm-h').textContent = 'Delete ' + entry.node.name + '?';
-    $('confirm-text').textContent = deleteText(entry);
+    $('confirm-h').textContent = title;
+    $('confirm-text').textContent = text;
+    $('confirm-ok').textContent = ok;
     return new Promise((resolve) => {
       dlg.addEventListener('close', () => {
         resolve(dlg.returnValue === 'ok');
         // The dialog gives the focus back to the page, not to the button that opened it.
-        $('delete-form').querySelector('button[type=submit]').focus();
+        if (opener && opener.isConnected) opener.focus();
       }, { once: true });
       dlg.returnValue = 'cancel';
       dlg.showModal();
@@ -1372,7 +1387,9 @@
   }
 
   function init() {
+    sched = window.PfmSchedules({ $, api, ApiError, el, money, state, onSubmit, reload: () => load(), confirm: confirmAsk });
     wire();
+    sched.wire();
     let saved = null;
     try {
       saved = JSON.parse(sessionStorage.getItem(SESSION_KEY) || 'null');

@@ -12,6 +12,7 @@ The browser runs in Pacific/Auckland (UTC+12/+13): the page works in the person'
 Exits non-zero on the first failure.
 """
 
+import datetime
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 from selenium import webdriver
@@ -48,6 +50,7 @@ EXPECTED_NETWORK_ERRORS = [
     re.compile(r"/get_minimal_tree\?[^ ]* - Failed to load resource: the server responded with a status of 429"),
     re.compile(r"/deposit - Failed to load resource: net::ERR_INTERNET_DISCONNECTED"),
     re.compile(r"/import\?[^ ]* - Failed to load resource: the server responded with a status of 400"),
+    re.compile(r"/create_schedule - Failed to load resource: the server responded with a status of 400"),
 ]
 
 shot_no = 0
@@ -320,6 +323,221 @@ def import_file(d, path):
 
 def import_idle(d):
     return d.execute_script("return !document.getElementById('import-commit').hasAttribute('aria-busy')")
+
+
+def api_get(d, path, params):
+    """Reads the API directly with the page's token."""
+    session = json.loads(d.execute_script("return sessionStorage.getItem('pfm.session')"))
+    req = urllib.request.Request(
+        BASE + path + "?" + urllib.parse.urlencode(params), headers={"Authorization": "Bearer " + session["token"]}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+# The upcoming list, one dict per occurrence, read in one script run.
+UPCOMING_JS = """
+return [...document.querySelectorAll('#up-table tbody tr[data-schedule]')].map(tr => {
+  const td = tr.querySelectorAll(':scope > td');
+  return {
+    schedule: tr.dataset.schedule, n: tr.dataset.n, state: tr.dataset.state,
+    date: td[0].textContent, name: td[1].textContent, account: td[2].textContent,
+    amount: td[3].textContent, shown: td[4].textContent,
+    acts: [...td[5].querySelectorAll('button')].map(b => b.textContent),
+  };
+});
+"""
+
+
+def upcoming(d, name=None):
+    return [r for r in d.execute_script(UPCOMING_JS) if name is None or r["name"] == name]
+
+
+def upcoming_button(d, name, text_):
+    """The button `text_` of the schedule `name`'s next occurrence in the upcoming list."""
+    for tr in d.find_elements(By.CSS_SELECTOR, "#up-table tbody tr[data-schedule]"):
+        if tr.find_elements(By.CSS_SELECTOR, "td")[1].get_property("textContent") == name:
+            for b in tr.find_elements(By.CSS_SELECTOR, "button"):
+                if b.get_property("textContent") == text_:
+                    return b
+    return None
+
+
+# The forecast chart as drawn: its daily points, bill marks and refusal marks.
+FORECAST_JS = """
+const svg = document.querySelector('#fc-chart svg');
+if (!svg) return null;
+return {
+  points: [...svg.querySelectorAll('circle.fc-pt')].map(c => [c.dataset.date, c.dataset.balance, Number(c.getAttribute('cy'))]),
+  line: svg.querySelector('path.fc-line').getAttribute('d').split(/[ML]/).filter(Boolean).length,
+  bills: [...svg.querySelectorAll('line.fc-bill')].map(l => [l.dataset.date, l.classList.contains('short')]),
+  refused: [...svg.querySelectorAll('path.fc-refused')].map(m => m.dataset.date),
+  label: svg.getAttribute('aria-label'),
+};
+"""
+
+
+def forecast_drawn(d):
+    return d.execute_script(FORECAST_JS)
+
+
+def day_after(day, n):
+    return (datetime.date.fromisoformat(day) + datetime.timedelta(days=n)).isoformat()
+
+
+def set_value(d, id_, value):
+    """Sets a date input through its value (its keys follow the browser's locale), as a person's change."""
+    d.execute_script(
+        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('change', {bubbles: true}))",
+        by_id(d, id_), value,
+    )
+
+
+def new_schedule(d, name, what, account, amount, **kw):
+    """Fills the new-schedule form afresh: `what` deposit/withdraw, `kw` other fields by element id suffix."""
+    d.execute_script("document.getElementById('sched-form').reset()")
+    fill(d, "sc-name", name)
+    Select(by_id(d, "sc-type")).select_by_value(what)
+    choose(d, "sc-acc", account)
+    fill(d, "sc-amount", amount)
+    for key in ("start", "end-date"):
+        set_value(d, "sc-" + key, kw.pop(key, ""))
+    for key in ("unit", "on", "nth", "wday", "end", "weekend", "auto"):
+        if key in kw:
+            Select(by_id(d, "sc-" + key)).select_by_value(kw.pop(key))
+    for key in ("every", "mday", "end-after"):
+        if key in kw:
+            fill(d, "sc-" + key, kw.pop(key))
+    check(not kw, f"unknown schedule fields {kw}")
+
+
+def schedules_walk(d):
+    """Creates schedules through the form, skips and approves occurrences, reads the forecast."""
+    wait_for(d, lambda: re.fullmatch(r"\d{4}-\d\d-\d\d", text(d, "up-today")), "the service's today")
+    today = text(d, "up-today")
+    check(upcoming(d) == [], f"upcoming before any schedule: {upcoming(d)}")
+    # A refusal in the API's words, under the form, the field it names marked.
+    fill(d, "sc-name", "Pocket money")
+    submit(d, "sched-form")
+    wait_for(d, lambda: form_error(d, "sched-form") == "amount is required", "the missing amount refused")
+    check(by_id(d, "sc-amount").get_attribute("aria-invalid") == "true", "the amount is not marked invalid")
+    # A rule that can never occur: the 31st of every February.
+    new_schedule(d, "Pocket money", "deposit", "Main", "25", start="2030-02-01", unit="years", on="day", mday="31")
+    submit(d, "sched-form")
+    want = "the 31st of February never comes: choose another day or 'last'"
+    wait_for(d, lambda: form_error(d, "sched-form") == want, f"inline error {want!r}")
+    check(api_get(d, "/schedules", {})["schedules"] == [], "a refused schedule was created")
+
+    # An automatic weekly deposit into Main from tomorrow, three times: coming, then one skipped.
+    tomorrow = day_after(today, 1)
+    new_schedule(d, "Pocket money", "deposit", "Main", "25", start=tomorrow, unit="weeks", end="after",
+                 **{"end-after": "3"})
+    by_id(d, "sched-form").find_element(By.CSS_SELECTOR, "button[type=submit]").send_keys(Keys.ENTER)
+    wait_notice(d, re.escape(f"Created the schedule Pocket money. Next: {tomorrow} (scheduled)."), "sched-form")
+    wait_for(d, lambda: len(upcoming(d, "Pocket money")) == 3, "three weekly deposits coming")
+    rows = upcoming(d, "Pocket money")
+    got = [(r["date"], r["account"], r["amount"], r["state"]) for r in rows]
+    want = [(day_after(today, k), "Main", "+25.00", "scheduled") for k in (1, 8, 15)]
+    check(got == want, f"the coming deposits: {got}")
+    check(rows[0]["acts"] == ["Pay now", "Skip"] and rows[1]["acts"] == [], f"actions offered: {rows}")
+    sl = by_id(d, "sl-table").get_property("textContent")
+    check("every week, from " + tomorrow + ", 3 times, posts by itself" in sl, f"schedules table: {sl!r}")
+    retry(lambda: upcoming_button(d, "Pocket money", "Skip").send_keys(Keys.ENTER))
+    wait_for(d, lambda: [r["state"] for r in upcoming(d, "Pocket money")] == ["skipped", "scheduled", "scheduled"],
+             "the first deposit skipped")
+    check(f"Skipped Pocket money on {tomorrow}." == text(d, "up-ok"), text(d, "up-ok"))
+    check(upcoming(d, "Pocket money")[1]["acts"] == ["Pay now", "Skip"], "the next deposit offers no actions")
+    wait_for(d, lambda: (d.execute_script("return document.activeElement.dataset.act") == "skip"),
+             "focus on the next occurrence's Skip")
+
+    # Waits for approval and starts today, so it is due: approving it pays 2027.
+    select_account(d, "2027")
+    two027 = money_of(node_balance(d, "2027"))
+    total = money_of(text(d, "t-balance"))
+    new_schedule(d, "Phone", "withdraw", "2027", "10", auto="false")
+    submit(d, "sched-form")
+    wait_notice(d, re.escape(f"Created the schedule Phone. Next: {today} (due: waits for approval)."), "sched-form")
+    wait_for(d, lambda: upcoming(d, "Phone")[:1] and upcoming(d, "Phone")[0]["state"] == "due", "Phone due today")
+    row = upcoming(d, "Phone")[0]
+    check((row["date"], row["amount"], row["shown"], row["acts"]) == (today, "-10.00", "due: waits for approval", ["Approve", "Skip"]),
+          f"the due occurrence: {row}")
+    check(node_balance(d, "2027") == f"{two027:,.2f}", "a due occurrence moved money before its approval")
+    shot(d, "schedules")
+    retry(lambda: upcoming_button(d, "Phone", "Approve").send_keys(Keys.ENTER))
+    wait_for(d, lambda: upcoming(d, "Phone")[0]["state"] == "posted", "Phone posted")
+    check(text(d, "up-ok") == f"Posted Phone of {today}: 10.00 (sch:2:0).", text(d, "up-ok"))
+    wait_for(d, lambda: money_of(node_balance(d, "2027")) == round(two027 - 10, 2), "2027 paid 10.00")
+    wait_for(d, lambda: money_of(text(d, "t-balance")) == round(total - 10, 2), "the total balance down by 10.00")
+    check(api_get(d, "/upcoming", {"days": 30})["occurrences"][0]["state"] == "posted", "the API disagrees")
+
+    # The forecast of 2027, day by day: one point per day of the window, the end as the API says.
+    wait_for(d, lambda: text(d, "fc-acc") == "2027", "the forecast of 2027")
+    Select(by_id(d, "fc-days")).select_by_value("90")
+    want = api_get(d, "/forecast", {"days": 90, "uuid": uuid_of(d, "2027")})
+    acc = [a for a in want["accounts"] if a["uuid"] == uuid_of(d, "2027")][0]
+    check(acc["balance_end"] < acc["balance_today"], f"Phone is not in the forecast: {acc}")
+    wait_for(d, lambda: (forecast_drawn(d) or {}).get("points", [[None]])[0][0] == today
+             and len(forecast_drawn(d)["points"]) == 91, "91 daily points")
+    f = forecast_drawn(d)
+    check(f["line"] == 91, f"the line has {f['line']} points")
+    check([p[0] for p in f["points"]] == [day_after(today, k) for k in range(91)], "the points are not the window's days")
+    check(float(f["points"][-1][1]) == acc["balance_end"], f"end {f['points'][-1]} != {acc['balance_end']}")
+    check(float(f["points"][0][1]) == round(two027 - 10, 2), f"today's point {f['points'][0]}")
+    # Lower balances are drawn lower.
+    check(f["points"][-1][2] > f["points"][0][2], f"the line does not go down: {f['points'][0]} {f['points'][-1]}")
+    check(f"{acc['balance_end']:,.2f} on {day_after(today, 90)}" in text(d, "fc-sum"), text(d, "fc-sum"))
+    # An occurrence the service would refuse: more than 2027 holds.
+    r = api(d, "POST", "/create_schedule", {"name": "Holiday", "type": "withdraw", "uuid": uuid_of(d, "2027"),
+                                               "amount": "1000", "start": day_after(today, 3), "end_after": "1"})
+    check(r["success"], r)
+    by_id(d, "refresh").click()
+    wait_for(d, lambda: (forecast_drawn(d) or {}).get("refused") == [day_after(today, 3)], "the refusal marked on the chart")
+    un = by_id(d, "fc-unapplied").get_property("textContent")
+    check(f"{day_after(today, 3)}: Holiday would be refused: not enough money in the account" in un, f"refused: {un!r}")
+
+    # A Bill due in the window, unfunded: its due date and shortfall as the forecast gives them.
+    r = api(d, "POST", "/add_sub_account", {"parent_uuid": uuid_of(d, "Needs"), "name": "Water", "allocation": "0",
+                                             "fixed_amount": "80", "due_date": day_after(today, 10), "account_type": "Bill",
+                                             "freq": "30"})
+    check(r["success"], r)
+    by_id(d, "refresh").click()
+    select_account(d, "Water")
+    want = api_get(d, "/forecast", {"days": 90, "uuid": uuid_of(d, "Water")})
+    check(want["bills"] and want["bills"][0]["shortfall"] > 0, f"Water is not short: {want['bills']}")
+    bills_js = "return [...document.querySelectorAll('#fc-bills tbody tr')].map(tr => [...tr.cells].map(c => c.textContent))"
+    wanted = [[b["due_date"], "Water", f"{b['amount_due']:,.2f}", f"{b['paid']:,.2f}", f"{b['balance']:,.2f}",
+               f"{b['shortfall']:,.2f}" if b["shortfall"] > 0 else "-"] for b in want["bills"]]
+    wait_for(d, lambda: d.execute_script(bills_js) == wanted, f"the bills table {wanted}")
+    f = forecast_drawn(d)
+    check(f["bills"] == [[b["due_date"], b["shortfall"] > 0] for b in want["bills"]], f"bill marks {f['bills']}")
+    check(by_id(d, "fc-bills").is_displayed(), "the bills table is hidden")
+
+    # A script-like name is only text.
+    new_schedule(d, XSS, "deposit", "Main", "1", start=day_after(today, 2))
+    submit(d, "sched-form")
+    wait_notice(d, re.escape(f"Created the schedule {XSS}."), "sched-form")
+    wait_for(d, lambda: upcoming(d, XSS) != [], "the script-like schedule coming")
+    check(d.find_elements(By.CSS_SELECTOR, "#schedules img, #forecast img") == [], "an <img> was injected by a schedule")
+    try:
+        d.switch_to.alert
+        fail("an alert opened: a schedule's name was run as HTML")
+    except NoAlertPresentException:
+        pass
+
+    # Delete: confirmed, then gone from both lists; what it posted stays. Pocket money stays for
+    # the phone-width check.
+    for name in (XSS, "Holiday", "Phone"):
+        button = retry(lambda: [b for b in d.find_elements(By.CSS_SELECTOR, "#sl-table button[data-act=delete]")
+                                if b.get_attribute("aria-label") == "Delete the schedule " + name][0])
+        button.click()
+        wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation of a schedule's delete")
+        check("What it already posted stays" in text(d, "confirm-text"), text(d, "confirm-text"))
+        by_id(d, "confirm-ok").click()
+        wait_for(d, lambda: upcoming(d, name) == [], f"{name} gone from the upcoming list")
+        check(text(d, "up-ok") == f"Deleted the schedule {name}.", text(d, "up-ok"))
+    left = [x["name"] for x in api_get(d, "/schedules", {})["schedules"]]
+    check(left == ["Pocket money"], f"schedules left: {left}")
+    check(money_of(node_balance(d, "2027")) == round(two027 - 10, 2), "deleting Phone undid its posting")
 
 
 def run(d):
@@ -623,6 +841,10 @@ def run(d):
     check(text(d, "imp-summary") == want, text(d, "imp-summary"))
     check(money_of(text(d, "t-balance")) == round(total_before + 192.66, 2), "a preview changed the balance")
     shot(d, "import-duplicates")
+
+    # ---- scheduled transactions, what is coming, the forecast
+    schedules_walk(d)
+    shot(d, "schedules-done")
 
     # ---- delete with a confirmation that says where the money goes
     select_account(d, "Food")
