@@ -17,7 +17,9 @@ window.PfmSchedules = function (h) {
     seq: 0,
     fcSeq: 0,
     fc: null, // the forecast shown: {answer, uuid}
-    busy: false, // an action of the lists is on its way
+    // An action of the lists is on its way, or its lists are not redrawn yet: a second press
+    // of a button already used would act on the schedule's following occurrence.
+    busy: false,
     loadFailed: false,
   };
 
@@ -101,10 +103,12 @@ window.PfmSchedules = function (h) {
       if (gen === state.gen && seq === s.seq) {
         $('up-error').textContent = e.message;
         s.loadFailed = true;
+        s.busy = false;
       }
       return;
     }
     if (gen !== state.gen || seq !== s.seq) return;
+    s.busy = false;
     // A failed load's message goes once the lists are back (an action's refusal stays).
     if (s.loadFailed) $('up-error').textContent = '';
     s.loadFailed = false;
@@ -259,6 +263,7 @@ window.PfmSchedules = function (h) {
     }
     s.busy = true;
     b.setAttribute('aria-disabled', 'true');
+    let done = false;
     try {
       const path = { post: '/post_schedule', skip: '/skip_schedule', delete: '/delete_schedule' }[act_];
       const r = await api('POST', path, { id: sc.id });
@@ -273,13 +278,17 @@ window.PfmSchedules = function (h) {
         const p = r.posted;
         msg.textContent = 'Posted ' + sc.name + ' of ' + p.date + ': ' + money(Math.abs(Number(p.amount))) + ' (' + p.transaction_id + ').';
       }
+      done = true;
+      // The totals and tree, then these lists and the forecast again; the lists are also asked
+      // for at once, so the buttons come back even if the tree does not.
       h.reload();
+      load();
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
       if (gen === state.gen) err.textContent = e.message;
     } finally {
-      s.busy = false;
       b.removeAttribute('aria-disabled');
+      if (!done) s.busy = false;
     }
   }
 

@@ -512,11 +512,20 @@ def schedules_walk(d):
     check(f["bills"] == [[b["due_date"], b["shortfall"] > 0] for b in want["bills"]], f"bill marks {f['bills']}")
     check(by_id(d, "fc-bills").is_displayed(), "the bills table is hidden")
 
-    # A script-like name is only text.
-    new_schedule(d, XSS, "deposit", "Main", "1", start=day_after(today, 2))
+    # A script-like name is only text (a move on the last Friday of each month, for the form's
+    # other fields).
+    new_schedule(d, XSS, "move", "Main", "1", start=day_after(today, 2), on="nth", nth="-1", wday="fri")
+    check(not by_id(d, "sc-acc").is_displayed() and not by_id(d, "sc-mday").is_displayed(), "fields of other choices shown")
+    choose(d, "sc-from", "Main")
+    choose(d, "sc-to", "2027")
     submit(d, "sched-form")
     wait_notice(d, re.escape(f"Created the schedule {XSS}."), "sched-form")
     wait_for(d, lambda: upcoming(d, XSS) != [], "the script-like schedule coming")
+    check(upcoming(d, XSS)[0]["account"] == "Main → 2027", f"the move: {upcoming(d, XSS)[0]}")
+    sc = [x for x in api_get(d, "/schedules", {})["schedules"] if x["name"] == XSS][0]
+    check((sc["type"], sc["nth"], sc["weekday"], sc["month_day"]) == ("move", -1, "fri", None), f"the move's rule: {sc}")
+    check(datetime.date.fromisoformat(sc["next"]["date"]).weekday() == 4, f"not a Friday: {sc['next']}")
+    check("every month, on the last Friday" in by_id(d, "sl-table").get_property("textContent"), "the rule as words")
     check(d.find_elements(By.CSS_SELECTOR, "#schedules img, #forecast img") == [], "an <img> was injected by a schedule")
     try:
         d.switch_to.alert
@@ -913,6 +922,7 @@ def run(d):
     fill(d, "login-user", "bob_web")
     by_id(d, "login-pass").send_keys(PASSWORD + Keys.ENTER)
     wait_for(d, lambda: by_id(d, "app").is_displayed() and text(d, "who-name") == "bob_web", "the next person signed in")
+    check("Pocket money" not in by_id(d, "schedules").get_property("textContent"), "the previous person's schedules shown")
     fill(d, "dep-amount", "7")
     time.sleep(4)
     check(by_id(d, "app").is_displayed(), f"the next person was signed out: {text(d, 'notice')!r}")
