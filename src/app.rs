@@ -29,6 +29,10 @@ pub struct App {
     pub login_backoff: Backoff,
     /// When each personal access token was last used on this node (docs/tokens.md).
     pub token_use: Usage,
+    /// Sends webhook deliveries (docs/webhooks.md).
+    pub sender: crate::webhook::Sender,
+    /// Deliveries this process is sending.
+    pub in_flight: crate::api::InFlight,
 }
 
 /// Reads `<dir>/jwt_secret`, creating it from 32 random bytes (hex, mode 0600) when missing.
@@ -104,6 +108,8 @@ impl App {
             auth_backoff: Backoff::with_capacity(cfg.max_tracked_keys),
             login_backoff: Backoff::with_capacity(cfg.max_tracked_keys),
             token_use: Usage::default(),
+            sender: crate::webhook::Sender::new(cfg.webhooks_allow_private),
+            in_flight: Default::default(),
             cfg,
             clock,
         }))

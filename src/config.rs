@@ -94,6 +94,11 @@ pub struct Config {
     #[arg(long = "schedule-poll-ms", env = "SCHEDULE_POLL_MS", default_value_t = 30_000,
           value_parser = clap::value_parser!(u64).range(10..))]
     pub schedule_poll_ms: u64,
+    /// Lets webhooks send to loopback, private, link-local and cloud metadata addresses, which
+    /// are refused by default (a webhook could otherwise reach services behind the firewall)
+    #[arg(long = "webhooks-allow-private", env = "WEBHOOKS_ALLOW_PRIVATE", default_value = "false",
+          num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub webhooks_allow_private: bool,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -143,6 +148,7 @@ impl Config {
             database_url: None,
             checkpoint_interval_ms: 5000,
             schedule_poll_ms: 30_000,
+            webhooks_allow_private: false,
             worker_threads: 0,
             journal_segment_bytes: crate::store::journal::SEGMENT_BYTES,
             stream_min_records: 4096,

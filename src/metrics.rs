@@ -36,6 +36,7 @@ struct Metrics {
     auth_failures: IntCounterVec,
     imported_lines: IntCounterVec,
     poster_passes: IntCounter,
+    webhook_attempts: IntCounterVec,
     scheduled_postings: IntCounter,
 }
 
@@ -99,7 +100,13 @@ fn build() -> Metrics {
     let scheduled_postings =
         IntCounter::new("scheduled_postings_total", "Occurrences of schedules the poster posted")
             .expect(FIXED);
-    let all: [Box<dyn prometheus::core::Collector>; 14] = [
+    let webhook_attempts = IntCounterVec::new(
+        Opts::new("webhook_attempts_total", "Webhook delivery attempts, by outcome"),
+        &["outcome"],
+    )
+    .expect(FIXED);
+    let all: [Box<dyn prometheus::core::Collector>; 15] = [
+        Box::new(webhook_attempts.clone()),
         Box::new(poster_passes.clone()),
         Box::new(scheduled_postings.clone()),
         Box::new(requests.clone()),
@@ -133,6 +140,7 @@ fn build() -> Metrics {
         auth_failures,
         imported_lines,
         poster_passes,
+        webhook_attempts,
         scheduled_postings,
     }
 }
@@ -242,6 +250,11 @@ pub fn auth_failed(kind: &'static str, answer: &'static str) {
 /// A committed import's lines: `action` is deposit, withdraw, duplicate or needs_attention.
 pub fn imported(action: &'static str, lines: u64) {
     M.imported_lines.with_label_values(&[action]).inc_by(lines);
+}
+
+/// A webhook delivery attempt ended.
+pub fn webhook_attempt(ok: bool) {
+    M.webhook_attempts.with_label_values(&[if ok { "delivered" } else { "failed" }]).inc();
 }
 
 /// A pass of the poster ended, having posted `posted` occurrences.

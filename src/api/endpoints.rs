@@ -4,6 +4,7 @@
 use super::decl::{row, Access, Body, Endpoint, Param, Row, Shape, Verb};
 use super::{
     analytics, attrs, auth, import, import_settings as settings, money, schedules, sync, tokens, tree,
+    webhooks,
 };
 
 /// Which handler answers a route.
@@ -75,6 +76,13 @@ pub enum Ep {
     CreateToken,
     ListTokens,
     RevokeToken,
+    /// Webhooks (docs/webhooks.md).
+    CreateWebhook,
+    ListWebhooks,
+    UpdateWebhook,
+    DeleteWebhook,
+    WebhookDeliveries,
+    RedeliverWebhook,
     /// Operational endpoints answered by `http` itself, never by a handler.
     Ops(Op),
 }
@@ -200,6 +208,12 @@ pub static ENDPOINTS: &[&Endpoint] = &[
     &tokens::CREATE,
     &tokens::LIST,
     &tokens::REVOKE,
+    &webhooks::CREATE,
+    &webhooks::LIST,
+    &webhooks::UPDATE,
+    &webhooks::DELETE,
+    &webhooks::DELIVERIES,
+    &webhooks::REDELIVER,
 ];
 
 /// Members the reference writes as R data frames (rows of plain values, SPEC 8.3, 10.18): the

@@ -20,6 +20,8 @@ pub mod params;
 mod sync;
 pub mod tokens;
 mod tree;
+mod webhooks;
+pub use webhooks::InFlight;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -219,6 +221,12 @@ fn call<'a>(app: &'a App, ep: Ep, rq: &'a Rq) -> Handling<'a> {
         Ep::CreateToken => writes(tokens::create(app, rq)),
         Ep::ListTokens => fields(tokens::list(app, rq)),
         Ep::RevokeToken => writes(tokens::revoke(app, rq)),
+        Ep::CreateWebhook => writes(webhooks::create(app, rq)),
+        Ep::ListWebhooks => fields(webhooks::list(app, rq)),
+        Ep::UpdateWebhook => writes(webhooks::update(app, rq)),
+        Ep::DeleteWebhook => writes(webhooks::delete(app, rq)),
+        Ep::WebhookDeliveries => fields(webhooks::deliveries(app, rq)),
+        Ep::RedeliverWebhook => writes(webhooks::redeliver(app, rq)),
     }
 }
 

@@ -283,10 +283,9 @@ fn store(ctx: &mut Ctx, s: Schedule, today: i64) {
     refresh_due(ctx, today);
 }
 
-/// Writes the day the poster should next look at this user.
-fn refresh_due(ctx: &mut Ctx, today: i64) {
-    let day = schedules_of(ctx.tree).iter().filter_map(|s| s.wake_day(today)).min();
-    ctx.set_due(day);
+/// Writes when the waker should next look at this user.
+fn refresh_due(ctx: &mut Ctx, _today: i64) {
+    ctx.set_wake(crate::domain::wake::next(ctx.tree, ctx.now_secs));
 }
 
 fn occurrence_obj(s: &Schedule, o: &Occurrence, today: i64, tree: &Tree) -> Obj {
@@ -696,36 +695,63 @@ fn post(ctx: &mut Ctx, s: &Schedule, o: &Occurrence, day: i64) -> Result<(), Str
     Ok(())
 }
 
-/// The poster: every `every`, posts what is due for each user the index names, on this node
-/// (on PostgreSQL every node runs one; the user's row lock and the occurrences' transaction ids
-/// make each occurrence post once).
+/// The waker: every `every`, and at once when a write leaves it work (a new webhook delivery),
+/// visits each user the index names as due, on this node: posts the scheduled occurrences that
+/// fell due, makes the Bill notices owed, and sends the webhook deliveries that are due (on
+/// PostgreSQL every node runs one; the user's row lock, the occurrences' transaction ids and the
+/// deliveries' leases make each posting happen once and each delivery go from one node).
 pub async fn run_poster(app: Arc<App>, every: Duration) {
     loop {
         if let Err(e) = poster_pass(&app).await {
-            tracing::warn!(error = ?e, "scheduled postings: pass failed; retrying");
+            tracing::warn!(error = ?e, "waker: pass failed; retrying");
         }
-        tokio::time::sleep(every).await;
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = app.users.wake_hint.notified() => {}
+        }
     }
 }
 
-/// One pass: every user with something due today or earlier.
-pub async fn poster_pass(app: &App) -> Result<usize, ApiError> {
-    let day = day_of(app.clock.now_micros().div_euclid(1_000_000));
-    let users = app.users.store.due_users(day, POSTER_USERS).await?;
+/// A visit's user and what it posted.
+type Visit = (String, Result<usize, ApiError>);
+
+/// Users one pass visits at once (each visit waits for its own commit).
+const VISITS_AT_ONCE: usize = 16;
+
+/// One pass: every user with something due now or earlier.
+pub async fn poster_pass(app: &Arc<App>) -> Result<usize, ApiError> {
+    let now_secs = app.clock.now_micros().div_euclid(1_000_000);
+    let day = day_of(now_secs);
+    let users = app.users.store.wake_users(now_secs, POSTER_USERS).await?;
     let mut posted = 0;
+    let mut visits = tokio::task::JoinSet::new();
+    let mut ended = |r: Option<Result<Visit, tokio::task::JoinError>>| match r {
+        Some(Ok((_, Ok(n)))) => posted += n,
+        Some(Ok((user, Err(e)))) => tracing::warn!(user = %user, error = ?e, "waker: user skipped this pass"),
+        Some(Err(e)) => tracing::error!(error = %e, "waker: a visit failed"),
+        None => {}
+    };
     for user in users {
-        match post_due(app, &user, day).await {
-            Ok(n) => posted += n,
-            Err(e) => tracing::warn!(user = %user, error = ?e, "scheduled postings: user skipped this pass"),
+        if visits.len() >= VISITS_AT_ONCE {
+            ended(visits.join_next().await);
         }
+        let app = app.clone();
+        visits.spawn(async move {
+            let r = post_due(&app, &user, day).await;
+            (user, r)
+        });
+    }
+    while let Some(r) = visits.join_next().await {
+        ended(Some(r));
     }
     crate::metrics::poster_pass(posted as u64);
     Ok(posted)
 }
 
-/// Posts every due occurrence of `user`'s automatic schedules, in one atomic write with the
-/// schedules' new state and the user's next wake day.
-async fn post_due(app: &App, user: &str, day: i64) -> Result<usize, ApiError> {
+/// Posts every due occurrence of `user`'s automatic schedules and takes the webhook deliveries
+/// due, in one atomic write with the schedules' new state and the user's next wake time; then
+/// sends what it took, apart.
+async fn post_due(app: &Arc<App>, user: &str, day: i64) -> Result<usize, ApiError> {
     let guard = app.users.lock(user).await?;
     let Some(cur) = guard.current.clone() else { return Ok(0) };
     let mut due: Vec<(u64, Occurrence, Text)> = Vec::new();
@@ -759,11 +785,19 @@ async fn post_due(app: &App, user: &str, day: i64) -> Result<usize, ApiError> {
         }
         ctx.set_doc(sch::key(s.id), Some(Doc::Schedule(s)));
     }
+    let shared = app.users.store.shared().is_some();
+    let sends = super::webhooks::take_due(&mut ctx, user, &app.in_flight, shared);
     refresh_due(&mut ctx, day);
     let change = ctx.finish();
-    guard.commit_keyed(change, tree, None).await?;
+    if let Err(e) = guard.commit_keyed(change, tree, None).await {
+        super::webhooks::untake(app, user, &sends);
+        return Err(e.into());
+    }
     if posted > 0 {
         tracing::info!(user = %user, posted, "scheduled postings");
+    }
+    if !sends.is_empty() {
+        tokio::spawn(super::webhooks::send_all(app.clone(), user.to_string(), sends));
     }
     Ok(posted)
 }

@@ -22,6 +22,10 @@ pub enum Doc {
     Counter(u64),
     /// A personal access token (docs/tokens.md).
     Token(super::token::AccessToken),
+    /// A webhook (`domain::events`).
+    Webhook(super::events::Webhook),
+    /// One event for one webhook, waiting or finished.
+    Delivery(super::events::Delivery),
 }
 
 /// A user's settings by key.
@@ -81,6 +85,8 @@ macro_rules! names {
         }
     };
 }
+pub(crate) use names;
+
 names!(Field: Payee = "payee", Memo = "memo", Any = "payee_or_memo");
 names!(Match: Equals = "equals", Contains = "contains", StartsWith = "starts_with");
 names!(Applies: Withdrawals = "withdrawals", Deposits = "deposits", Both = "both");

@@ -121,8 +121,10 @@ pub struct Ctx<'a> {
     docs: Vec<(Text, Option<Arc<Doc>>)>,
     /// Ids indexed without a record of their own (see [`Ctx::claim_id`]).
     claimed: Vec<Text>,
-    /// The user's next due day of a schedule, when this mutation changed it.
-    due: Option<Option<i64>>,
+    /// When the user next needs the service (seconds), when this mutation changed it.
+    wake: Option<Option<i64>>,
+    /// While the user has a live webhook: each account this mutation touched, as it was.
+    before: Option<Box<super::events::Before>>,
 }
 
 /// Keys an operation touched, in any order and repeated (an account is touched by each of its
@@ -180,12 +182,14 @@ pub struct Change {
     pub notes: Vec<(AccountId, u64, Arc<Note>)>,
     /// Settings written, in their new state (`None`: removed).
     pub docs: Vec<(Text, Option<Arc<Doc>>)>,
-    /// The user's next due day of a schedule, when it changed (`Some(None)`: none left).
-    pub due: Option<Option<i64>>,
+    /// When the user next needs the service: a scheduled occurrence, a webhook delivery or a
+    /// Bill's notice (seconds), when it changed (`Some(None)`: nothing left to do).
+    pub wake: Option<Option<i64>>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(tree: &'a mut Tree, now_secs: i64) -> Self {
+        let before = super::events::listening(&tree.docs).then(Box::default);
         Ctx {
             tree,
             now_secs,
@@ -196,14 +200,15 @@ impl<'a> Ctx<'a> {
             removed: Vec::new(),
             docs: Vec::new(),
             claimed: Vec::new(),
-            due: None,
+            wake: None,
+            before,
         }
     }
 
-    /// Records the day the user's next scheduled occurrence falls due (`None`: no schedule
-    /// left), for the index the service's poster reads.
-    pub fn set_due(&mut self, day: Option<i64>) {
-        self.due = Some(day);
+    /// Records when the user next needs the service (seconds; `None`: nothing to do), for the
+    /// index every node's waker reads.
+    pub fn set_wake(&mut self, at_secs: Option<i64>) {
+        self.wake = Some(at_secs);
     }
 
     /// Puts `id` in the transaction-id index without a record: a statement line matched to a
@@ -224,8 +229,35 @@ impl<'a> Ctx<'a> {
         self.docs.push((key, doc));
     }
 
+    /// Keeps `id` as it is now, the first time this mutation touches it, while events are
+    /// watched for.
+    fn saw(&mut self, id: AccountId) {
+        if let Some(b) = &mut self.before {
+            b.0.entry(id).or_insert_with(|| self.tree.accounts.get(&id).cloned());
+        }
+    }
+
+    /// The events of this mutation, as deliveries to each webhook that wants them, written with
+    /// it. Also the user's next wake time, which waiting deliveries and Bill notices move.
+    fn emit(&mut self) {
+        let Some(before) = self.before.take() else { return };
+        let mut records = self.records.clone();
+        records.retain(|(acc, _, _)| self.tree.get(*acc).is_some());
+        let events = super::events::of_write(self.tree, &before, &records, self.now_secs);
+        for (k, d) in super::events::deliveries_for(&self.tree.docs, events, self.now_secs) {
+            self.set_doc(k, Some(d));
+        }
+    }
+
     /// Everything this mutation changed, read from the working tree.
-    pub fn finish(self) -> Change {
+    pub fn finish(mut self) -> Change {
+        let listening = self.before.is_some();
+        self.emit();
+        // The wake time follows the settings that decide it, whoever wrote them, and after this
+        // mutation's own deliveries.
+        if listening || self.wake.is_some() || self.docs.iter().any(|(k, _)| super::wake::moves(k)) {
+            self.wake = Some(super::wake::next(self.tree, self.now_secs));
+        }
         let t = &*self.tree;
         // Records of accounts deleted later in the operation are dropped with them.
         let mut records = self.records;
@@ -268,7 +300,7 @@ impl<'a> Ctx<'a> {
             main_txids,
             notes,
             docs: self.docs,
-            due: self.due,
+            wake: self.wake,
         }
     }
 
@@ -278,6 +310,7 @@ impl<'a> Ctx<'a> {
 
     pub fn acc_mut(&mut self, id: AccountId) -> Result<&mut Account, OpError> {
         self.dirty.insert(id);
+        self.saw(id);
         self.tree.accounts.get_mut(&id).map(Arc::make_mut).ok_or(OpError::Internal)
     }
 
@@ -600,6 +633,7 @@ impl<'a> Ctx<'a> {
     /// Appends `acc` (already shaped, parent set) to its parent's children.
     pub fn attach(&mut self, acc: Account) -> Result<AccountId, OpError> {
         let (id, parent, due) = (acc.uuid, acc.parent.ok_or(OpError::Internal)?, acc.sub_due_cents);
+        self.saw(id);
         self.tree.accounts.insert(id, Arc::new(acc));
         self.dirty.insert(id);
         self.acc_mut(parent)?.children.push(id);
@@ -631,6 +665,7 @@ impl<'a> Ctx<'a> {
             .collect();
         self.acc_mut(parent)?.children.retain(|c| *c != x);
         for (r, _) in &removed {
+            self.saw(*r);
             self.tree.accounts.remove(r);
         }
         // Once for the whole subtree: a list is filtered in one pass, not once per account.

@@ -569,6 +569,47 @@ fn components() -> Value {
                     "next": {"oneOf": [{"$ref": "#/components/schemas/Occurrence"}, {"type": "null"}]}
                 }
             },
+            "Webhook": {
+                "type": "object",
+                "description": "A webhook (docs/webhooks.md); its secret is shown only by /create_webhook.",
+                "required": ["id", "url", "events", "description", "bill_days", "created", "enabled", "disabled_reason", "failing_since", "waiting", "failed"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "url": {"type": "string"},
+                    "events": {"type": "array", "items": {"enum": ["transaction.recorded", "account.created", "account.changed", "account.deleted", "envelope.funded", "bill.due"]}},
+                    "description": {"type": "string"},
+                    "bill_days": {"type": "integer"},
+                    "created": {"type": "string"},
+                    "enabled": {"type": "boolean"},
+                    "disabled_reason": {"type": ["string", "null"]},
+                    "failing_since": {"type": ["string", "null"]},
+                    "waiting": {"type": "integer", "description": "Deliveries waiting to be sent."},
+                    "failed": {"type": "integer", "description": "Deliveries given up, among those kept."}
+                }
+            },
+            "Delivery": {
+                "type": "object",
+                "description": "One event for one webhook, with its attempts, newest first.",
+                "required": ["event_id", "type", "created", "state", "attempts_made", "next_attempt", "attempts"],
+                "properties": {
+                    "event_id": {"type": "string"},
+                    "type": {"type": "string"},
+                    "created": {"type": "string"},
+                    "state": {"enum": ["waiting", "delivered", "failed"]},
+                    "attempts_made": {"type": "integer"},
+                    "next_attempt": {"type": ["string", "null"]},
+                    "attempts": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["at", "status", "latency_ms", "error"],
+                        "properties": {
+                            "at": {"type": "string"},
+                            "status": {"type": ["integer", "null"]},
+                            "latency_ms": {"type": "integer"},
+                            "error": {"type": ["string", "null"]}
+                        }
+                    }}
+                }
+            },
             "Occurrence": {
                 "type": "object",
                 "description": "One occurrence of a schedule and what became of it.",

@@ -253,8 +253,11 @@ pub const IDEM: u8 = b'i';
 pub const NOTE: u8 = b'n';
 /// A user's settings (import rules, saved CSV mappings), by (user, key).
 pub const DOC: u8 = b's';
-/// The day each user's next scheduled occurrence falls due, by user id (the poster's index).
-pub const DUE: u8 = b'q';
+/// When each user next needs the service (seconds: a scheduled occurrence, a webhook delivery,
+/// a Bill's notice), by user id: what every waker pass reads. Rows written before it held
+/// seconds held the day of the next occurrence; read as seconds they are long past, so the
+/// first pass visits those users and writes the time anew.
+pub const WAKE: u8 = b'q';
 /// Engine metadata: format version, and the last journal record applied.
 pub const META_FORMAT: &[u8] = b"m:format";
 pub const META_APPLIED: &[u8] = b"m:applied";
@@ -426,9 +429,9 @@ pub fn note_key(user_no: u64, acc: u128, seq: u64) -> Key {
     fixed(NOTE, user_no, Some(acc), Some(seq))
 }
 
-pub fn due_key(user_id: &str) -> Key {
+pub fn wake_key(user_id: &str) -> Key {
     let mut k = Key::new();
-    k.push(DUE);
+    k.push(WAKE);
     k.extend_from_slice(user_id.as_bytes());
     k
 }

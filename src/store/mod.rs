@@ -403,9 +403,9 @@ pub trait Store: Send + Sync + 'static {
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// A user number never used before.
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
-    /// Users whose next scheduled occurrence falls due on or before `upto_day`, at most `max`
-    /// (the poster's question; committed state, on every node).
-    fn due_users(&self, upto_day: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
+    /// Users who need the service (a scheduled occurrence, a webhook delivery, a Bill's notice)
+    /// at `upto_secs` or before, at most `max`: the waker's question, on committed state.
+    fn wake_users(&self, upto_secs: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
     /// The key the main account's generated ids of `user_no` are derived under, when the engine
     /// finds such ids from the log instead of indexing them (see `domain::txid`).
     fn id_key(&self, _user_no: u64) -> Option<crate::domain::txid::IdKey> {

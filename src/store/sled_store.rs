@@ -457,13 +457,13 @@ fn read_runs<T: serde::de::DeserializeOwned>(
     }
 }
 
-/// Users whose next scheduled occurrence is due on or before `upto_day`, at most `max`.
-pub fn due_users(r: &dyn Rows, upto_day: i64, max: usize) -> Result<Vec<String>, StoreError> {
+/// Users who need the service at `upto_secs` or before, at most `max`.
+pub fn wake_users(r: &dyn Rows, upto_secs: i64, max: usize) -> Result<Vec<String>, StoreError> {
     let mut out = Vec::new();
-    for (k, v) in r.prefix_rows(&[codec::DUE])? {
-        if decode::<i64>(&v)? <= upto_day {
+    for (k, v) in r.prefix_rows(&[codec::WAKE])? {
+        if decode::<i64>(&v)? <= upto_secs {
             let id = std::str::from_utf8(&k[1..])
-                .map_err(|_| StoreError::Corrupt(format!("bad due key {k:?}")))?;
+                .map_err(|_| StoreError::Corrupt(format!("bad wake key {k:?}")))?;
             out.push(id.to_string());
             if out.len() >= max {
                 break;
@@ -707,9 +707,9 @@ fn rows_from(
         }
         RowWrite::Note { acc, seq, note } => put(out, codec::note_key(no, acc, seq), note),
         RowWrite::Doc { key, doc: Some(doc) } => put(out, codec::doc_key(no, key), doc),
-        RowWrite::Due { user_id, day: Some(day) } => put(out, codec::due_key(user_id), &day),
-        RowWrite::Due { user_id, day: None } => {
-            out.push((codec::due_key(user_id), None));
+        RowWrite::Wake { user_id, at_secs: Some(at) } => put(out, codec::wake_key(user_id), &at),
+        RowWrite::Wake { user_id, at_secs: None } => {
+            out.push((codec::wake_key(user_id), None));
             Ok(())
         }
         RowWrite::Doc { key, doc: None } => {
@@ -724,7 +724,7 @@ fn rows_from(
         RowWrite::IdemPut(rec) => src.put(out, codec::idem_key(no, &rec.key), rec, |s| s.idem_put.as_ref()),
         RowWrite::RemoveUser(user) => {
             out.push((codec::user_key(&user.user_id), None));
-            out.push((codec::due_key(&user.user_id), None));
+            out.push((codec::wake_key(&user.user_id), None));
             remove_listed(r, out, codec::USER_TAGS.map(|t| codec::user_prefix(t, no)))
         }
     })

@@ -163,6 +163,9 @@ pub struct Users {
     /// Per-user lock wait in milliseconds ([`LOCK_WAIT`] unless a test shortens it).
     lock_wait_ms: AtomicU64,
     next_basis: AtomicU64,
+    /// Poked when a write leaves work for the waker (a new webhook delivery), so it runs now
+    /// instead of at its next tick.
+    pub wake_hint: tokio::sync::Notify,
 }
 
 /// Held by a writer: the user's lock and the state it is working from.
@@ -198,6 +201,7 @@ impl Users {
             slots_per_shard,
             lock_wait_ms: AtomicU64::new(LOCK_WAIT.as_millis() as u64),
             next_basis: AtomicU64::new(1),
+            wake_hint: tokio::sync::Notify::new(),
         }
     }
 
@@ -554,6 +558,8 @@ impl WriteGuard<'_> {
         rec: Option<IdemRecord>,
     ) -> Result<(), StoreError> {
         let cur = self.current.clone().ok_or_else(|| StoreError::Bug("commit without a user"))?;
+        let hint = crate::domain::events::new_work(&change.docs);
+        let users = self.users;
         let mut user = cur.user.clone();
         user.ledger = change.ledger.clone();
         let sync = SyncRow::of(cur.knowledge + 1, &change);
@@ -567,7 +573,12 @@ impl WriteGuard<'_> {
         };
         let next =
             UserState { user: user.clone(), tree, basis: cur.basis, version: 0, knowledge, idem: table };
-        self.finish(Box::new(Op::Commit { user, change, sync, idem }), cur.basis, Some(Arc::new(next))).await
+        self.finish(Box::new(Op::Commit { user, change, sync, idem }), cur.basis, Some(Arc::new(next)))
+            .await?;
+        if hint {
+            users.wake_hint.notify_one();
+        }
+        Ok(())
     }
 
     /// Commits a new user with its first tree (every account new, nothing logged yet).

@@ -55,10 +55,10 @@ pub enum RowWrite<'a> {
         seq: u64,
         note: &'a Note,
     },
-    /// The user's next due day of a schedule (`None`: no schedule due), by user id.
-    Due {
+    /// When the user next needs the service, in seconds (`None`: nothing to do), by user id.
+    Wake {
         user_id: &'a str,
-        day: Option<i64>,
+        at_secs: Option<i64>,
     },
     /// A setting written (`None`: removed).
     Doc {
@@ -114,8 +114,8 @@ pub fn row_writes<'a>(
     for (key, doc) in &change.docs {
         f(RowWrite::Doc { key, doc: doc.as_deref() })?;
     }
-    if let Some(day) = change.due {
-        f(RowWrite::Due { user_id: &user.user_id, day })?;
+    if let Some(at_secs) = change.wake {
+        f(RowWrite::Wake { user_id: &user.user_id, at_secs })?;
     }
     for (acc, _) in &change.removed {
         f(RowWrite::RemoveAccount(*acc))?;

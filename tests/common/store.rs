@@ -66,8 +66,8 @@ impl Store for Hooked {
     fn new_user_no(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         self.inner.new_user_no()
     }
-    fn due_users(&self, upto_day: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
-        self.inner.due_users(upto_day, max)
+    fn wake_users(&self, upto_secs: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        self.inner.wake_users(upto_secs, max)
     }
     fn commit(
         &self,

@@ -50,7 +50,7 @@ impl From<ChangeV2> for crate::domain::engine::Change {
             main_txids,
             notes: Vec::new(),
             docs: Vec::new(),
-            due: None,
+            wake: None,
         }
     }
 }
@@ -170,7 +170,7 @@ pub(super) fn encode_commit(
     // Rare (imports and settings): through serde.
     enc(&c.notes, f)?;
     enc(&c.docs, f)?;
-    enc(&c.due, f)?;
+    enc(&c.wake, f)?;
     s.sync = put_option(sync, f);
     match idem {
         None => 0u8.put(f),

@@ -523,8 +523,8 @@ impl Store for JournalStore {
         Box::pin(async move { self.read(|r| sled_store::read_changes(r, user_no, after, upto, max)).await })
     }
 
-    fn due_users(&self, upto_day: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
-        Box::pin(async move { self.read(|r| sled_store::due_users(r, upto_day, max)).await })
+    fn wake_users(&self, upto_secs: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        Box::pin(async move { self.read(|r| sled_store::wake_users(r, upto_secs, max)).await })
     }
 
     fn main_txid_exists<'a>(&'a self, user_no: u64, id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
@@ -680,7 +680,7 @@ mod tests {
             } else {
                 Vec::new()
             },
-            due: match shape % 3 {
+            wake: match shape % 3 {
                 0 => None,
                 1 => Some(None),
                 _ => Some(Some(at(2))),

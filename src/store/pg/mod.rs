@@ -356,15 +356,15 @@ impl Store for PgStore {
         bounded(&self.stale, QUERY_WAIT, async move { txid_exists(&*self.conn().await?, user_no, id).await })
     }
 
-    fn due_users(&self, upto_day: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+    fn wake_users(&self, upto_secs: i64, max: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
         bounded(&self.stale, QUERY_WAIT, async move {
             let c = self.conn().await?;
             let st = c
-                .prepare_cached("SELECT user_id FROM schedule_due WHERE day <= $1 ORDER BY day LIMIT $2")
+                .prepare_cached("SELECT user_id FROM user_wake WHERE at_secs <= $1 ORDER BY at_secs LIMIT $2")
                 .await
                 .map_err(pg_err)?;
             let limit = i64::try_from(max).unwrap_or(i64::MAX);
-            let rows = c.query(&st, &[&upto_day, &limit]).await.map_err(pg_err)?;
+            let rows = c.query(&st, &[&upto_secs, &limit]).await.map_err(pg_err)?;
             rows.iter().map(|r| col(r, 0)).collect()
         })
     }

@@ -12,6 +12,7 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "init", include_str!("../migrations/0001_init.sql")),
     (2, "sync_and_keys", include_str!("../migrations/0002_sync_and_keys.sql")),
     (3, "notes_and_settings", include_str!("../migrations/0003_notes_and_settings.sql")),
+    (4, "user_wake", include_str!("../migrations/0004_user_wake.sql")),
 ];
 /// Serialises schema changes of nodes starting at the same time (any fixed number).
 pub(super) const MIGRATION_LOCK: i64 = 0x7066_6d00;

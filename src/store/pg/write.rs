@@ -47,8 +47,8 @@ struct Tables<'a> {
     idem_removed: Vec<&'a str>,
     idem_put: Option<&'a IdemRecord>,
     docs_put: Vec<(&'a str, Vec<u8>)>,
-    /// The user's next due day, when it changed (`Some(None)`: none).
-    due: Option<Option<i64>>,
+    /// When the user next needs the service (seconds), when it changed (`Some(None)`: never).
+    wake: Option<Option<i64>>,
     docs_removed: Vec<&'a str>,
 }
 
@@ -71,7 +71,7 @@ impl<'a> Tables<'a> {
                 RowWrite::Note { acc, seq, note } => t.notes.push(acc, signed(seq)?, encode(note)?),
                 RowWrite::Doc { key, doc: Some(doc) } => t.docs_put.push((key, encode(doc)?)),
                 RowWrite::Doc { key, doc: None } => t.docs_removed.push(key),
-                RowWrite::Due { day, .. } => t.due = Some(day),
+                RowWrite::Wake { at_secs, .. } => t.wake = Some(at_secs),
                 RowWrite::RemoveAccount(acc) => t.removed.push(uid(acc)),
                 RowWrite::Change(row) => t.change = Some(row),
                 RowWrite::IdemRemove(k) => t.idem_removed.push(k),
@@ -155,21 +155,21 @@ pub(super) async fn apply(c: &ClientWrapper, op: &Op) -> Result<u64, StoreError>
             .map_err(pg_err)?;
         c.execute(&st, &[&no, &keys, &bodies]).await.map_err(pg_err)?;
     }
-    match t.due {
+    match t.wake {
         None => {}
         Some(None) => {
-            let st = c.prepare_cached("DELETE FROM schedule_due WHERE user_no = $1").await.map_err(pg_err)?;
+            let st = c.prepare_cached("DELETE FROM user_wake WHERE user_no = $1").await.map_err(pg_err)?;
             c.execute(&st, &[&no]).await.map_err(pg_err)?;
         }
-        Some(Some(day)) => {
+        Some(Some(at)) => {
             let st = c
                 .prepare_cached(
-                    "INSERT INTO schedule_due (user_no, user_id, day) VALUES ($1, $2, $3) \
-                     ON CONFLICT (user_no) DO UPDATE SET day = EXCLUDED.day",
+                    "INSERT INTO user_wake (user_no, user_id, at_secs) VALUES ($1, $2, $3) \
+                     ON CONFLICT (user_no) DO UPDATE SET at_secs = EXCLUDED.at_secs",
                 )
                 .await
                 .map_err(pg_err)?;
-            c.execute(&st, &[&no, &user.user_id.as_str(), &day]).await.map_err(pg_err)?;
+            c.execute(&st, &[&no, &user.user_id.as_str(), &at]).await.map_err(pg_err)?;
         }
     }
     Ok(version)
@@ -181,7 +181,7 @@ async fn delete_user(c: &ClientWrapper, no: i64) -> Result<(), StoreError> {
         "log_records",
         "log_notes",
         "user_settings",
-        "schedule_due",
+        "user_wake",
         "day_rows",
         "tracker_rows",
         "main_txids",
