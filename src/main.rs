@@ -38,7 +38,14 @@ async fn run(cfg: Config, workers: usize) -> std::process::ExitCode {
         return migrate(from, to).await;
     }
     let addr = format!("{}:{}", cfg.host, cfg.port);
-    let app = match pfm::app::App::open(cfg, Arc::new(SystemClock)) {
+    let clock = match clock() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the test clock");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let app = match pfm::app::App::open(cfg, clock) {
         Ok(a) => a,
         Err(e) => {
             tracing::error!(error = %e, "cannot open storage");
@@ -59,6 +66,16 @@ async fn run(cfg: Config, workers: usize) -> std::process::ExitCode {
     pfm::http::server::serve(app, listener, shutdown_signal()).await;
     tracing::info!("pfm stopped");
     std::process::ExitCode::SUCCESS
+}
+
+/// The system clock; in test builds, `PFM_TEST_CLOCK_FILE` names a file of Unix seconds that
+/// the multi-node tests move for every node at once.
+fn clock() -> std::io::Result<Arc<dyn pfm::clock::Clock>> {
+    #[cfg(feature = "test-hooks")]
+    if let Some(path) = std::env::var_os("PFM_TEST_CLOCK_FILE") {
+        return Ok(Arc::new(pfm::clock::FileClock::open(path.into())?));
+    }
+    Ok(Arc::new(SystemClock))
 }
 
 /// `pfm migrate`: copies everything, verifies the copy, and says what it did.

@@ -722,7 +722,14 @@ const VISITS_AT_ONCE: usize = 16;
 pub async fn poster_pass(app: &Arc<App>) -> Result<usize, ApiError> {
     let now_secs = app.clock.now_micros().div_euclid(1_000_000);
     let day = day_of(now_secs);
-    let users = app.users.store.wake_users(now_secs, POSTER_USERS).await?;
+    let mut users = app.users.store.wake_users(now_secs, POSTER_USERS).await?;
+    // Each pass starts at a random user: the wakers of several nodes then work on different
+    // users at once and share a catch-up, instead of one queueing behind the other's row locks
+    // through the same list.
+    if !users.is_empty() {
+        let start = getrandom::u64().unwrap_or(0) % users.len() as u64;
+        users.rotate_left(start as usize);
+    }
     let mut posted = 0;
     let mut visits = tokio::task::JoinSet::new();
     let mut ended = |r: Option<Result<Visit, tokio::task::JoinError>>| match r {
