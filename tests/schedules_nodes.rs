@@ -203,7 +203,10 @@ fn expected(u: &User, today: i64) -> Vec<(i64, BTreeSet<String>)> {
     // the deposit's id; a move's records are the transfer's own.
     vec![
         (INITIAL_CENTS - n(RENT) * RENT_CENTS, ids(SALARY).chain(ids(RENT)).collect()),
-        (n(SALARY) * half - n(COFFEE) * u.coffee * 100 + n(SWEEP) * SWEEP_CENTS, ids(SALARY).chain(ids(COFFEE)).collect()),
+        (
+            n(SALARY) * half - n(COFFEE) * u.coffee * 100 + n(SWEEP) * SWEEP_CENTS,
+            ids(SALARY).chain(ids(COFFEE)).collect(),
+        ),
         (n(SALARY) * half - n(SWEEP) * SWEEP_CENTS, ids(SALARY).collect()),
     ]
 }
@@ -229,7 +232,9 @@ fn open_until(n: &Node, u: &User, today: i64) -> Vec<Value> {
         .as_array()
         .expect("occurrences")
         .iter()
-        .filter(|o| o["date"].as_str().is_some_and(|d| d <= fmt_day(today).as_str()) && o["state"] != "posted")
+        .filter(|o| {
+            o["date"].as_str().is_some_and(|d| d <= fmt_day(today).as_str()) && o["state"] != "posted"
+        })
         .cloned()
         .collect()
 }
@@ -296,9 +301,9 @@ fn two_nodes_catching_up_at_the_same_moment_post_every_occurrence_exactly_once()
 
 #[test]
 fn a_node_killed_in_the_middle_of_its_catch_up_and_restarted_posts_nothing_twice() {
-    let Some(db) = common::pg_database(
-        "a_node_killed_in_the_middle_of_its_catch_up_and_restarted_posts_nothing_twice",
-    ) else {
+    let Some(db) =
+        common::pg_database("a_node_killed_in_the_middle_of_its_catch_up_and_restarted_posts_nothing_twice")
+    else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");

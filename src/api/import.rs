@@ -22,6 +22,7 @@ use super::endpoints::{Ep, NO_TREE};
 use super::import_settings::{parse_mapping, rules_of, saved_mapping};
 use super::json::{array, Obj};
 use super::money::TXID_MAX_CHARS;
+use super::schedules::schedules_of;
 use super::{engine_err, find, Answer, ApiError, Locked, Rq};
 use crate::app::App;
 use crate::domain::dates::fmt_day;
@@ -30,6 +31,8 @@ use crate::domain::docs::{Docs, Rules};
 use crate::domain::engine::{Ctx, Mode, OpError, Posting};
 use crate::domain::note::Note;
 use crate::domain::origin::Origin;
+use crate::domain::sched_match::{open_near, take, within_pct};
+use crate::domain::schedule::Schedule;
 use crate::domain::text::Text;
 use crate::domain::tree::{fmt_uuid, AccountId, Tree};
 use crate::import::{self, text, Format, Line, Statement};
@@ -114,6 +117,9 @@ enum Action {
     Duplicate,
     /// An existing transaction (its index among the candidates) is taken for this line.
     Matched(usize),
+    /// The line is the payment of an open scheduled occurrence (its index among the open
+    /// ones), applied into or out of this account.
+    Scheduled(usize, AccountId),
     NeedsAttention(&'static str),
 }
 
@@ -126,7 +132,7 @@ impl Action {
             Action::Deposit => 0,
             Action::Withdraw => 1,
             Action::Duplicate => 2,
-            Action::Matched(_) => 3,
+            Action::Matched(_) | Action::Scheduled(..) => 3,
             Action::NeedsAttention(_) => 4,
         }
     }
@@ -288,11 +294,15 @@ struct Candidate {
     amount_cents: i64,
     day: i64,
     id: Text,
+    /// Posted by a schedule the user still keeps: its `approx_pct`. Such a transaction is the
+    /// schedule's payment whatever account the line was headed for.
+    approx_pct: Option<u8>,
 }
 
 /// Transactions in the logs of `accounts`, dated within [`MATCH_DAYS`] of `days`, that a line
-/// may match: made by someone (not the engine's own allocations), not imported. Reads at most
-/// [`MATCH_SCAN_RECORDS`] records from the end of each log.
+/// may match: made by someone (not the engine's own allocations), not imported (an imported
+/// record carries a note with its import id; a schedule's posting, a note naming the
+/// schedule). Reads at most [`MATCH_SCAN_RECORDS`] records from the end of each log.
 async fn candidates(
     app: &App,
     st: &UserState,
@@ -306,24 +316,34 @@ async fn candidates(
         let recs = app.users.read_log_range(st, acc, len.saturating_sub(MATCH_SCAN_RECORDS), len).await?;
         for r in recs {
             let day = r.date_secs.div_euclid(DAY_SECS);
-            if (lo..=hi).contains(&day)
-                && r.by != Origin::System
-                && r.note.is_none()
-                && !r.id.starts_with("imp:")
-            {
-                out.push(Candidate { acc, deposit: r.deposit, amount_cents: r.amount_cents, day, id: r.id });
+            let imported = r.note.as_ref().is_some_and(|n| n.import_id.is_some()) || r.id.starts_with("imp:");
+            if (lo..=hi).contains(&day) && r.by != Origin::System && !imported {
+                let approx_pct = r
+                    .note
+                    .as_ref()
+                    .and_then(|n| n.schedule)
+                    .and_then(|id| schedule_of(&st.tree, id).map(|s| s.approx_pct));
+                out.push(Candidate {
+                    acc,
+                    deposit: r.deposit,
+                    amount_cents: r.amount_cents,
+                    day,
+                    id: r.id,
+                    approx_pct,
+                });
             }
         }
     }
     Ok(out)
 }
 
-/// The candidate a line is taken for: same account, direction and amount, the nearest date,
-/// each candidate at most once.
+/// The candidate a line is taken for: same direction, same account (`acc`, the line's) and
+/// amount, or a schedule's posting within the schedule's `approx_pct` in any account; the
+/// nearest date, then the nearest amount; each candidate at most once.
 fn find_match(
     cands: &[Candidate],
     used: &mut [bool],
-    acc: AccountId,
+    acc: Option<AccountId>,
     amount_cents: i64,
     day: i64,
 ) -> Option<usize> {
@@ -332,15 +352,46 @@ fn find_match(
         .enumerate()
         .filter(|(i, c)| {
             !used[*i]
-                && c.acc == acc
                 && c.deposit == (amount_cents > 0)
-                && c.amount_cents == amount_cents.abs()
                 && (c.day - day).abs() <= MATCH_DAYS
+                && match c.approx_pct {
+                    Some(pct) => within_pct(c.amount_cents, amount_cents.abs(), pct),
+                    None => Some(c.acc) == acc && c.amount_cents == amount_cents.abs(),
+                }
         })
-        .min_by_key(|(_, c)| (c.day - day).abs())
+        .min_by_key(|(_, c)| ((c.day - day).abs(), (c.amount_cents - amount_cents.abs()).abs()))
         .map(|(i, _)| i)?;
     used[best] = true;
     Some(best)
+}
+
+/// Why a line could not be applied: SPEC's rules refuse it (the line waits for attention), or
+/// the engine failed.
+enum LineErr {
+    Refused(&'static str),
+    Failed(ApiError),
+}
+
+/// Applies one line on `ctx`: a credit deposited into `acc` (and down its subtree), a debit
+/// withdrawn from it.
+fn apply_line(ctx: &mut Ctx, acc: AccountId, posting: Posting<'_>, deposit: bool) -> Result<(), LineErr> {
+    if deposit {
+        return match ctx.deposit(acc, posting, Mode::External) {
+            Ok(()) => Ok(()),
+            Err(OpError::NotActive) => Err(LineErr::Refused("the account is not active")),
+            Err(e) => Err(LineErr::Failed(engine_err(e))),
+        };
+    }
+    let balance = ctx.acc(acc).map_err(|e| LineErr::Failed(engine_err(e)))?.balance_cents;
+    if posting.amount_cents > balance {
+        return Err(LineErr::Refused("not enough money in the account"));
+    }
+    ctx.withdraw(acc, posting).map_err(|e| LineErr::Failed(engine_err(e)))
+}
+
+/// The user's schedule `id`, if it still exists.
+fn schedule_of(tree: &Tree, id: u64) -> Option<&Schedule> {
+    schedules_of(tree).into_iter().find(|s| s.id == id)
 }
 
 pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
@@ -360,7 +411,13 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let chosen = overrides(rq, &planned, &st.tree)?;
     let rules = rules_of(&st.tree.docs);
     let first = choices(&planned, &chosen, &rules, &st.tree, target_of(&st.tree)?);
-    let accounts: HashSet<AccountId> = first.iter().filter_map(|c| c.account()).collect();
+    // The lines' accounts, and those the schedules pay from and into (their postings match a
+    // line headed anywhere).
+    let accounts: HashSet<AccountId> = first
+        .iter()
+        .filter_map(|c| c.account())
+        .chain(schedules_of(&st.tree).iter().flat_map(|s| s.what.accounts()))
+        .collect();
     let days =
         planned.iter().fold((i64::MAX, i64::MIN), |(lo, hi), p| (lo.min(p.line.day), hi.max(p.line.day)));
     let cands = if planned.is_empty() { Vec::new() } else { candidates(app, &st, &accounts, days).await? };
@@ -373,12 +430,24 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let target = target_of(&cur.tree)?;
     let rules = rules_of(&cur.tree.docs);
     let choice = choices(&planned, &chosen, &rules, &cur.tree, target);
-    // Lines already applied (the same id earlier in the file, or in the index of ids).
-    let all: Vec<&str> = planned.iter().map(|p| p.id.as_str()).collect();
-    let there = guard.main_txids_exist(&all).await?;
+    // Open occurrences of the schedules a line may be the payment of (docs/import.md).
+    let line_days: Vec<i64> = planned.iter().map(|p| p.line.day).collect();
+    let mut open = open_near(&schedules_of(&cur.tree), &line_days, MATCH_DAYS);
+    open.retain(|o| cur.tree.get(o.account).is_some());
+    let open_ids: Vec<Text> = open
+        .iter()
+        .map(|o| schedule_of(&cur.tree, o.schedule).map_or_else(|| Text::from(""), |s| s.txid(o.n)))
+        .collect();
+    // Lines already applied (the same id earlier in the file, or in the index of ids), and
+    // occurrences posted already (their ids indexed), in one look at the index.
+    let all: Vec<&str> =
+        planned.iter().map(|p| p.id.as_str()).chain(open_ids.iter().map(|t| t.as_str())).collect();
+    let mut there = guard.main_txids_exist(&all).await?;
+    let occ_there = there.split_off(planned.len());
     let mut seen = HashSet::new();
     let dup: Vec<bool> = all.iter().zip(there).map(|(id, there)| !seen.insert(*id) || there).collect();
     drop(seen);
+    let today = crate::domain::dates::day_of(rq.now());
     let channel = Text::from(format!("import:{}", format.name()));
     // Imported lines are the person's own payments and income: counted as theirs by spending
     // and income (SPEC 10.15), like a deposit or withdrawal they enter by hand.
@@ -402,6 +471,8 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     // what the lines before it left (a deposit flows down the tree).
     let apply = |ctx: &mut Ctx| -> Result<Vec<Action>, ApiError> {
         let mut used = vec![false; cands.len()];
+        // An occurrence already posted is no line's to take.
+        let mut taken = occ_there.clone();
         let mut actions = Vec::with_capacity(planned.len());
         for (i, p) in planned.iter().enumerate() {
             let a = p.line.amount_cents;
@@ -413,16 +484,27 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
                 date_secs: p.line.day * DAY_SECS,
                 note: notes.get(i),
             };
-            let matched = |used: &mut [bool]| {
-                choice[i].account().and_then(|acc| find_match(&cands, used, acc, a, p.line.day))
-            };
             let action = if dup[i] {
                 Action::Duplicate
             } else if a == 0 {
                 Action::NeedsAttention("the amount is zero")
-            } else if let Some(m) = matched(&mut used) {
+            } else if let Some(m) = find_match(&cands, &mut used, choice[i].account(), a, p.line.day) {
                 ctx.claim_id(ids[i].clone());
                 Action::Matched(m)
+            } else if let Some(k) = take(&open, &mut taken, a, p.line.day, MATCH_DAYS) {
+                // The client's choice of envelope for the line stands; else the schedule's.
+                let acc = match choice[i] {
+                    Choice::Chosen(x) => x,
+                    _ => open[k].account,
+                };
+                match apply_line(ctx, acc, posting, a > 0) {
+                    Ok(()) => Action::Scheduled(k, acc),
+                    Err(LineErr::Refused(why)) => {
+                        taken[k] = false;
+                        Action::NeedsAttention(why)
+                    }
+                    Err(LineErr::Failed(e)) => return Err(e),
+                }
             } else {
                 match (choice[i], a > 0) {
                     (Choice::RuleGone(_), _) => {
@@ -431,27 +513,29 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
                     (Choice::Nothing, _) => Action::NeedsAttention(
                         "no envelope chosen: add an import rule or choose one for this line",
                     ),
-                    (c, true) => match ctx.deposit(
-                        c.account().ok_or(OpError::Internal).map_err(engine_err)?,
-                        posting,
-                        Mode::External,
-                    ) {
-                        Ok(()) => Action::Deposit,
-                        Err(OpError::NotActive) => Action::NeedsAttention("the account is not active"),
-                        Err(e) => return Err(engine_err(e)),
-                    },
-                    (c, false) => {
-                        let x = c.account().ok_or(OpError::Internal).map_err(engine_err)?;
-                        if -a > ctx.acc(x).map_err(engine_err)?.balance_cents {
-                            Action::NeedsAttention("not enough money in the account")
-                        } else {
-                            ctx.withdraw(x, posting).map_err(engine_err)?;
-                            Action::Withdraw
+                    (c, deposit) => {
+                        let acc = c.account().ok_or(OpError::Internal).map_err(engine_err)?;
+                        match apply_line(ctx, acc, posting, deposit) {
+                            Ok(()) if deposit => Action::Deposit,
+                            Ok(()) => Action::Withdraw,
+                            Err(LineErr::Refused(why)) => Action::NeedsAttention(why),
+                            Err(LineErr::Failed(e)) => return Err(e),
                         }
                     }
                 }
             };
             actions.push(action);
+        }
+        let settled: Vec<(u64, u32)> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Scheduled(k, _) => Some((open[*k].schedule, open[*k].n)),
+                _ => None,
+            })
+            .collect();
+        if !settled.is_empty() {
+            // In the same write as the lines: the poster never posts these occurrences.
+            super::schedules::settle_paid(ctx, &settled, today);
         }
         Ok(actions)
     };
@@ -460,7 +544,7 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         let mut sum_cents: i128 = 0;
         let lines = planned.iter().zip(actions).zip(&choice).map(|((p, act), c)| {
             counts[act.index()] += 1;
-            if matches!(act, Action::Deposit | Action::Withdraw) {
+            if matches!(act, Action::Deposit | Action::Withdraw | Action::Scheduled(..)) {
                 sum_cents += i128::from(p.line.amount_cents);
             }
             let mut o = Obj::new()
@@ -479,12 +563,26 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
             if let Action::Matched(m) = act {
                 o = o.str("matched", &cands[*m].id);
             }
-            if let Some(acc) = c.account().filter(|_| !matches!(act, Action::Duplicate)) {
+            if let Action::Scheduled(k, _) = act {
+                let occ = &open[*k];
+                o = o
+                    .str("matched", &open_ids[*k])
+                    .int("schedule", occ.schedule.into())
+                    .opt_str("schedule_name", schedule_of(tree, occ.schedule).map(|s| s.name.as_str()))
+                    .int("occurrence", occ.n.into())
+                    .str("occurrence_date", &fmt_day(occ.day));
+            }
+            let acc = match act {
+                Action::Duplicate => None,
+                Action::Scheduled(_, acc) => Some(*acc),
+                _ => c.account(),
+            };
+            if let Some(acc) = acc {
                 o = o
                     .str("envelope", &fmt_uuid(acc))
                     .opt_str("envelope_name", tree.get(acc).map(|a| a.name.as_str()));
             }
-            if let Some(r) = c.rule() {
+            if let Some(r) = c.rule().filter(|_| !matches!(act, Action::Scheduled(..))) {
                 o = o.int("rule", r.into());
             }
             o.finish()

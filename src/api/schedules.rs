@@ -288,6 +288,20 @@ fn refresh_due(ctx: &mut Ctx, _today: i64) {
     ctx.set_wake(crate::domain::wake::next(ctx.tree, ctx.now_secs));
 }
 
+/// Marks occurrences `paid` (schedule id, occurrence) settled as posted by other means (the
+/// statement lines an import took for them, docs/import.md), in the write that applies those
+/// lines: their transaction ids go into the index too, so no poster on any node posts them.
+pub(super) fn settle_paid(ctx: &mut Ctx, paid: &[(u64, u32)], today: i64) {
+    for &(id, n) in paid {
+        if let Ok(mut s) = schedule_of(ctx.tree, id) {
+            ctx.claim_id(s.txid(n));
+            s.settle(n, false);
+            ctx.set_doc(sch::key(s.id), Some(Doc::Schedule(s)));
+        }
+    }
+    refresh_due(ctx, today);
+}
+
 fn occurrence_obj(s: &Schedule, o: &Occurrence, today: i64, tree: &Tree) -> Obj {
     let state = s.state(o, today);
     let (acc, to) = match s.what {

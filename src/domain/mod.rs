@@ -11,6 +11,7 @@ pub mod note;
 pub mod num;
 pub mod origin;
 pub mod recur;
+pub mod sched_match;
 pub mod schedule;
 pub mod status;
 pub mod text;

@@ -495,7 +495,11 @@ fn components() -> Value {
                     "import_id": {"type": "string"},
                     "action": {"enum": ["deposit", "withdraw", "duplicate", "matched", "needs_attention"]},
                     "reason": {"type": "string", "description": "With needs_attention: why the line is left out."},
-                    "matched": {"type": "string", "description": "With matched: the transaction id of the existing transaction taken for this line."},
+                    "matched": {"type": "string", "description": "With matched: the transaction id of the existing transaction taken for this line, or of the scheduled occurrence it pays."},
+                    "schedule": {"type": "integer", "description": "With matched, when the line pays an open occurrence of a schedule: the schedule's id (the line is applied and the occurrence marked posted)."},
+                    "schedule_name": {"type": "string"},
+                    "occurrence": {"type": "integer", "description": "The occurrence's number in the schedule's series."},
+                    "occurrence_date": {"type": "string", "description": "The occurrence's day."},
                     "envelope": {"type": "string", "description": "The account the line goes to or comes from, when one is chosen."},
                     "envelope_name": {"type": "string"},
                     "rule": {"type": "integer", "description": "The import rule that chose the envelope, when one did."}
