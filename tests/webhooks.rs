@@ -554,3 +554,36 @@ fn recorded_ids(got: &[Got]) -> Vec<String> {
         .filter_map(|e| e["data"]["records"][0]["TransactionID"].as_str().map(str::to_string))
         .collect()
 }
+
+/// A scheduled posting and an imported statement line are transactions like any other: each
+/// makes its `transaction.recorded` event.
+#[test]
+fn scheduled_postings_and_imports_are_recorded_events() {
+    let s = srv();
+    let rx = Receiver::start();
+    let (tok, main) = s.user("auto", "0");
+    hook(&s, &tok, &rx.url(), "transaction.recorded");
+    s.post(
+        &tok,
+        "/create_schedule",
+        json!({"name": "Salary", "type": "deposit", "uuid": main, "amount": "2000", "unit": "days"}),
+    )
+    .ok();
+    let got = rx.until("the posting's event", |g| !g.is_empty());
+    let rec = &got[0].json()["data"]["records"][0];
+    assert!(rec["TransactionID"].as_str().unwrap().starts_with("sch:"), "{rec}");
+    assert_eq!(rec["Payee"], "Salary");
+    let ofx = "OFXHEADER:100\n\n<OFX><BANKMSGSRSV1><STMTTRNRS><STMTRS><CURDEF>USD<BANKTRANLIST><STMTTRN>\
+               <TRNTYPE>DEBIT<DTPOSTED>20250709<TRNAMT>-40.00<FITID>77<NAME>Grocer</STMTTRN></BANKTRANLIST>\
+               </STMTRS></STMTTRNRS></BANKMSGSRSV1></OFX>";
+    s.raw(
+        "POST",
+        "/import?commit=true",
+        &[("Authorization", &format!("Bearer {tok}"))],
+        common::Body::Raw("application/x-ofx", ofx.as_bytes()),
+    )
+    .ok();
+    let got = rx.until("the import's event", |g| g.len() == 2);
+    let rec = &got[1].json()["data"]["records"][0];
+    assert_eq!((rec["Payee"].as_str(), rec["Type"].as_str()), (Some("Grocer"), Some("Withdrawal")), "{rec}");
+}
