@@ -441,11 +441,22 @@ pub struct Send {
 #[derive(Default)]
 pub struct InFlight(parking_lot::Mutex<std::collections::HashSet<(String, Text)>>);
 
+/// What a visit took: the deliveries to send, and whether it changed anything else.
+pub struct Taken {
+    pub sends: Vec<Send>,
+    /// Bill notices were made.
+    pub noticed: bool,
+    /// Due deliveries this process is sending already (the reason the user was due, when
+    /// nothing else is).
+    pub busy: usize,
+}
+
 /// Under the user's lock, in the visit's own write: the Bill notices that fell due, and the
 /// deliveries to send now, taken by this process (and leased, when `lease`).
-pub fn take_due(ctx: &mut Ctx, user: &str, in_flight: &InFlight, lease: bool) -> Vec<Send> {
+pub fn take_due(ctx: &mut Ctx, user: &str, in_flight: &InFlight, lease: bool) -> Taken {
     let now = ctx.now_secs;
     let notices = ev::bill_notices(ctx.tree, day_of(now));
+    let noticed = !notices.is_empty();
     for (hook, acc, due) in notices {
         let Ok(mut w) = hook_of(&ctx.tree.docs, hook) else { continue };
         let Some(account) = ctx.tree.accounts.get(&acc).cloned() else { continue };
@@ -477,12 +488,17 @@ pub fn take_due(ctx: &mut Ctx, user: &str, in_flight: &InFlight, lease: bool) ->
     }
     let mut out = Vec::new();
     let mut taken = Vec::new();
+    let mut busy = 0;
     let mut sending = in_flight.0.lock();
     for (k, d) in ev::deliveries(&ctx.tree.docs, None) {
         if out.len() >= TAKE_BATCH {
             break;
         }
-        if !d.due(now) || !sending.insert((user.to_string(), k.clone())) {
+        if !d.due(now) {
+            continue;
+        }
+        if !sending.insert((user.to_string(), k.clone())) {
+            busy += 1;
             continue;
         }
         let w = match hook_of(&ctx.tree.docs, d.webhook) {
@@ -509,7 +525,7 @@ pub fn take_due(ctx: &mut Ctx, user: &str, in_flight: &InFlight, lease: bool) ->
     for (k, d) in taken {
         ctx.set_doc(k, Some(Doc::Delivery(d)));
     }
-    out
+    Taken { sends: out, noticed, busy }
 }
 
 /// Gives back what a visit took when its write failed.

@@ -241,9 +241,7 @@ impl<'a> Ctx<'a> {
     /// it. Also the user's next wake time, which waiting deliveries and Bill notices move.
     fn emit(&mut self) {
         let Some(before) = self.before.take() else { return };
-        let mut records = self.records.clone();
-        records.retain(|(acc, _, _)| self.tree.get(*acc).is_some());
-        let events = super::events::of_write(self.tree, &before, &records, self.now_secs);
+        let events = super::events::of_write(self.tree, &before, &self.records, self.now_secs);
         for (k, d) in super::events::deliveries_for(&self.tree.docs, events, self.now_secs) {
             self.set_doc(k, Some(d));
         }

@@ -231,9 +231,11 @@ pub fn new_work(written: &[(Text, Option<Arc<Doc>>)]) -> bool {
     })
 }
 
-/// Whether a write of this tree must watch for events.
+/// Whether a write of this tree must watch for events. (Every write asks: no allocation.)
 pub fn listening(docs: &Docs) -> bool {
-    webhooks(docs).any(Webhook::live)
+    docs.range::<str, _>((std::ops::Bound::Included(HOOK_PREFIX), std::ops::Bound::Unbounded))
+        .take_while(|(k, _)| k.starts_with(HOOK_PREFIX))
+        .any(|(_, d)| matches!(&**d, Doc::Webhook(w) if w.live()))
 }
 
 /// What a write touched, as it was before: captured the first time the write touches each
@@ -250,9 +252,11 @@ pub fn of_write(
 ) -> Vec<Event> {
     let mut out = Vec::new();
     let ev = |kind, data| Event { id: new_id(), kind, at_secs: now, data };
-    if !records.is_empty() {
-        let list = records
-            .iter()
+    // Records of accounts deleted later in the write are dropped with them.
+    let kept = || records.iter().filter(|(a, _, _)| tree.get(*a).is_some());
+    let total = kept().count();
+    if total > 0 {
+        let list = kept()
             .take(MAX_EVENT_RECORDS)
             .map(|(a, seq, r)| Rec {
                 account: *a,
@@ -262,7 +266,7 @@ pub fn of_write(
                 note: r.note.as_deref().cloned(),
             })
             .collect();
-        out.push(ev(Kind::Recorded, Data::Records { list, total: records.len() as u64 }));
+        out.push(ev(Kind::Recorded, Data::Records { list, total: total as u64 }));
     }
     let mut touched: Vec<_> = before.0.iter().collect();
     // One order whatever the hash map's: the order accounts are numbered in.
