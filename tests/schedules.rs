@@ -89,8 +89,20 @@ fn a_monthly_salary_posts_itself_on_its_day_once_and_catches_up_after_downtime()
     two_passes(&s);
     assert_eq!(s.balance(&tok, &main), "0");
     // On the 25th it posts, dated that day, and flows down the tree like any deposit.
+    let known = s.get(&tok, "/changes", "since=0").json["server_knowledge"].as_u64().unwrap();
     s.clock.set_secs(T0 + 15 * DAY);
     until("the July salary", || s.balance(&tok, &rent) == "2000");
+    // Delta sync sees the posting like any other transaction.
+    let d = s.get(&tok, "/changes", &format!("since={known}"));
+    d.ok();
+    let synced: Vec<&str> = d.json["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["TransactionID"].as_str())
+        .collect();
+    assert!(synced.contains(&format!("sch:{id}:0").as_str()), "{}", d.text);
+    assert!(d.json["server_knowledge"].as_u64().unwrap() > known);
     let t = s.get(&tok, "/get_transactions", &format!("uuid={main}"));
     let first = &t.json["transactions"][0];
     assert_eq!(first["TransactionID"], format!("sch:{id}:0"));
