@@ -99,6 +99,10 @@ pub struct Config {
     #[arg(long = "webhooks-allow-private", env = "WEBHOOKS_ALLOW_PRIVATE", default_value = "false",
           num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub webhooks_allow_private: bool,
+    /// When set, the only hosts webhooks may name (comma-separated, as written in their URLs):
+    /// an operator's allow-list, checked before any other
+    #[arg(long = "webhooks-allowed-hosts", env = "WEBHOOKS_ALLOWED_HOSTS")]
+    pub webhooks_allowed_hosts: Option<String>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -149,6 +153,7 @@ impl Config {
             checkpoint_interval_ms: 5000,
             schedule_poll_ms: 30_000,
             webhooks_allow_private: false,
+            webhooks_allowed_hosts: None,
             worker_threads: 0,
             journal_segment_bytes: crate::store::journal::SEGMENT_BYTES,
             stream_min_records: 4096,

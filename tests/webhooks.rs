@@ -486,6 +486,15 @@ fn refused_urls_and_events_say_why_and_change_nothing() {
         .fails(400, "events is required");
     let list = s.get(&tok, "/webhooks", "");
     assert_eq!(list.json["webhooks"], json!([]));
+    // An operator's allow-list comes first.
+    let only = Srv::start_with(|c| {
+        c.webhooks_allowed_hosts = Some("127.0.0.1, hooks.example.com".into());
+        c.webhooks_allow_private = true;
+    });
+    let (t2, _) = only.user("listed", "0");
+    only.post(&t2, "/create_webhook", json!({"url": "http://127.0.0.1:9/h", "events": "all"})).ok();
+    let r = only.post(&t2, "/create_webhook", json!({"url": "http://10.1.1.1/h", "events": "all"}));
+    r.fails(400, "the webhook URL's host \"10.1.1.1\" is not one this service may send to");
     s.post(&tok, "/delete_webhook", json!({"id": 1})).fails(404, "Webhook not found");
     s.get(&tok, "/webhook_deliveries", "id=1").fails(404, "Webhook not found");
 }

@@ -159,6 +159,14 @@ fn kinds(text: &str) -> Result<Vec<Kind>, ApiError> {
 }
 
 async fn checked_url(app: &App, url: &str) -> Result<Text, ApiError> {
+    if let Some(list) = &app.cfg.webhooks_allowed_hosts {
+        let host = crate::webhook::host_of(url).map_err(ApiError::bad)?;
+        if !list.split(',').map(str::trim).any(|h| h.eq_ignore_ascii_case(&host)) {
+            return Err(ApiError::bad(format!(
+                "the webhook URL's host {host:?} is not one this service may send to"
+            )));
+        }
+    }
     crate::webhook::check_url(url, app.cfg.webhooks_allow_private).await.map_err(ApiError::bad)?;
     Ok(Text::from(url))
 }

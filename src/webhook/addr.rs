@@ -221,6 +221,11 @@ pub async fn check_url(url: &str, allow_private: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// The host a webhook URL names (lower case, without brackets or a trailing dot).
+pub fn host_of(url: &str) -> Result<String, String> {
+    parse(url).map(|t| t.host)
+}
+
 /// Whether `t`'s host name is refused before any lookup (used at send time too).
 pub(crate) fn name_refused(t: &Target) -> bool {
     forbidden_name(&t.host)

@@ -22,7 +22,7 @@ mod tests;
 
 use std::time::Duration;
 
-pub use addr::{check_url, forbidden, MAX_URL_LEN};
+pub use addr::{check_url, forbidden, host_of, MAX_URL_LEN};
 pub use send::{
     Attempt, Sender, ATTEMPT_TIMEOUT, EVENT_ID_HEADER, EVENT_TYPE_HEADER, MAX_ANSWER_BYTES, USER_AGENT_VALUE,
 };
