@@ -10,6 +10,7 @@ const ASSETS: &[(&str, &str)] = &[
     ("/", "text/html; charset=utf-8"),
     ("/app.js", "text/javascript; charset=utf-8"),
     ("/schedules.js", "text/javascript; charset=utf-8"),
+    ("/developer.js", "text/javascript; charset=utf-8"),
     ("/app.css", "text/css; charset=utf-8"),
     ("/favicon.svg", "image/svg+xml"),
     ("/vendor/uplot.min.js", "text/javascript; charset=utf-8"),
@@ -164,7 +165,7 @@ fn the_page_references_nothing_outside_this_server() {
         assert!(!body.contains("url(") && !body.contains("@import"), "{path} loads from CSS");
     }
     // The page renders user text only as text.
-    for path in ["/app.js", "/schedules.js"] {
+    for path in ["/app.js", "/schedules.js", "/developer.js"] {
         let js = get_anon(&s, path).text;
         for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
             assert!(!js.contains(sink), "{path} uses {sink}");

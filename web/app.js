@@ -31,6 +31,8 @@
   };
   // Schedules, what is coming and the forecast (schedules.js), made in init.
   let sched = null;
+  // Access tokens and webhooks (developer.js), made in init.
+  let dev = null;
 
   // ---------------------------------------------------------------- API
 
@@ -306,6 +308,7 @@
     clearImport();
     $('imp-csv').open = false;
     if (sched) sched.clear();
+    if (dev) dev.clear();
     setNotice('');
   }
 
@@ -458,6 +461,7 @@
     // Only once the token has proved good: a dead one is refused once, by the tree's call.
     sched.load();
     sched.loadForecast();
+    dev.load();
   }
 
   function renderTotals() {
@@ -1390,6 +1394,8 @@
     sched = window.PfmSchedules({ $, api, ApiError, el, money, state, onSubmit, reload: () => load(), confirm: confirmAsk });
     wire();
     sched.wire();
+    dev = window.PfmDeveloper({ $, api, ApiError, el, state, onSubmit, confirm: confirmAsk });
+    dev.wire();
     let saved = null;
     try {
       saved = JSON.parse(sessionStorage.getItem(SESSION_KEY) || 'null');

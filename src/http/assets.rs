@@ -29,6 +29,11 @@ pub static ASSETS: &[Asset] = &[
         body: include_str!("../../web/schedules.js"),
     },
     Asset {
+        path: "/developer.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../web/developer.js"),
+    },
+    Asset {
         path: "/app.css",
         content_type: "text/css; charset=utf-8",
         body: include_str!("../../web/app.css"),
