@@ -20,7 +20,8 @@ bin=${PFM_BIN:-target/debug/pfm}
 data=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 log="$data/pfm.log"
-JWT_SECRET=browser-test-secret-browser-test-secret RUST_LOG="info,pfm=debug" \
+# The walk's webhook receiver listens on 127.0.0.1, which pfm refuses by default (docs/webhooks.md).
+JWT_SECRET=browser-test-secret-browser-test-secret RUST_LOG="info,pfm=debug" WEBHOOKS_ALLOW_PRIVATE=true \
   "$bin" --host 127.0.0.1 --port "$port" --data-dir "$data/db" >"$log" 2>&1 &
 pid=$!
 cleanup() {
@@ -41,9 +42,10 @@ done
 status=0
 PFM_URL="http://127.0.0.1:$port" PFM_SHOTS="${PFM_SHOTS:-browser-screenshots}" \
   timeout 180 python3 tests/browser/test_web.py || status=$?
-# Tokens (JWTs start with eyJ) and the test password must never reach the server log.
-if [ "$status" -eq 0 ] && grep -q -e 'eyJ' -e 'correct horse' "$log"; then
-  echo "a token or password appears in the server log" >&2
+# Tokens (JWTs start with eyJ, access tokens with pfm_pat_), webhook secrets and the test
+# password must never reach the server log.
+if [ "$status" -eq 0 ] && grep -q -e 'eyJ' -e 'pfm_pat_' -e 'whsec_' -e 'correct horse' "$log"; then
+  echo "a token, secret or password appears in the server log" >&2
   status=1
 fi
 if [ "$status" -ne 0 ]; then

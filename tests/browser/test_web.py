@@ -13,13 +13,18 @@ Exits non-zero on the first failure.
 """
 
 import datetime
+import hashlib
+import hmac
+import http.server
 import json
 import os
 import re
 import signal
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -548,6 +553,237 @@ def schedules_walk(d):
     check(left == ["Pocket money"], f"schedules left: {left}")
     check(money_of(node_balance(d, "2027")) == round(two027 - 10, 2), "deleting Phone undid its posting")
 
+# ---- access tokens and webhooks (docs/tokens.md, docs/webhooks.md)
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1:0 that answers 200 and keeps what it was sent."""
+
+    def __init__(self):
+        self.got = []  # (headers as a dict of lowercase names, body bytes)
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with outer.lock:
+                    outer.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}/pfm-hook"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def events(self):
+        with self.lock:
+            return list(self.got)
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def verify(secret, header, body, tolerance=300):
+    """docs/webhooks.md's check, as a receiver writes it."""
+    parts = dict(p.split("=", 1) for p in header.split(","))
+    mac = hmac.new(secret.encode(), parts["t"].encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(mac, parts["v1"]) and abs(time.time() - int(parts["t"])) <= tolerance
+
+
+def with_token(token, method, path, params=None):
+    """Calls the API as a program holding `token` would: (status, answer)."""
+    params = params or {}
+    if method == "GET":
+        req = urllib.request.Request(BASE + path + "?" + urllib.parse.urlencode(params), method="GET")
+    else:
+        req = urllib.request.Request(BASE + path, method=method, data=json.dumps(params).encode())
+        req.add_header("Content-Type", "application/json")
+    req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+# A table of the developer panel, one dict per row: each cell's text by its label, plus the
+# row's data attributes.
+DEV_ROWS_JS = """
+return [...document.querySelectorAll('#' + arguments[0] + ' tbody tr')].filter(tr => Object.keys(tr.dataset).length).map(tr => {
+  const o = Object.assign({}, tr.dataset);
+  for (const td of tr.querySelectorAll(':scope > td')) o[td.dataset.label] = td.textContent;
+  o.attempts = [...tr.querySelectorAll('.attempts li')].map(li => li.dataset.status || null);
+  o.imgs = tr.querySelectorAll('img').length;
+  return o;
+});
+"""
+
+
+def dev_rows(d, table):
+    return d.execute_script(DEV_ROWS_JS, table)
+
+
+def dev_button(d, table, act, label):
+    def find():
+        hits = [b for b in d.find_elements(By.CSS_SELECTOR, f"#{table} button[data-act={act}]") if b.get_attribute("aria-label") == label]
+        check(hits, f"no {act} button labelled {label!r} in #{table}")
+        return hits[0]
+
+    return retry(find)
+
+
+def developer_walk(d):
+    """Tokens: create one in the page, use it from a program, revoke it. Webhooks: create one for a
+    receiver here, see a deposit made in the page arrive signed, its delivery listed, redeliver it."""
+    wait_for(d, lambda: text(d, "tk-table").strip() != "", "the token list")
+    # ---- a read token, shown once, listed without its text
+    fill(d, "tk-name", "reporting")
+    Select(by_id(d, "tk-scope")).select_by_value("read")
+    Select(by_id(d, "tk-expiry")).select_by_value("30")
+    submit(d, "token-form")
+    wait_notice(d, r"^Created the token reporting, expiring \d{4}-\d\d-\d\d \d\d:\d\d\.$", "token-form")
+    check(by_id(d, "tk-new").is_displayed(), "the new token is not shown")
+    token = by_id(d, "tk-new-text").get_property("value")
+    check(re.fullmatch(r"pfm_pat_[A-Za-z0-9_-]+\.\d+\.[A-Za-z0-9_-]{43}", token), f"token text: {token!r}")
+    check("will not be shown again" in text(d, "tk-new"), text(d, "tk-new"))
+    check(focused_id(d) == "tk-new-h", f"focus after creating a token is on {focused_id(d)}")
+    by_id(d, "tk-copy").send_keys(Keys.ENTER)
+    wait_for(d, lambda: text(d, "tk-copied") != "", "the copy button's answer")
+    rows = dev_rows(d, "tk-table")
+    check([(r["Name"], r["Scope"], r["Last used"]) for r in rows] == [("reporting", "read", "never")], f"tokens: {rows}")
+    check(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", rows[0]["Expires"]), rows[0]["Expires"])
+    check(token not in by_id(d, "tk-table").get_property("textContent"), "the token's text is in the list")
+    # ---- the token reads, and may not write
+    status, body = with_token(token, "GET", "/tokens")
+    check(status == 200 and [t["name"] for t in body["tokens"]] == ["reporting"], f"GET /tokens with the token: {status} {body}")
+    main = uuid_of(d, "Main")
+    status, body = with_token(token, "GET", "/get_balance", {"uuid": main})
+    check(status == 200, f"GET /get_balance with the token: {status} {body}")
+    before = text(d, "t-balance")
+    status, body = with_token(token, "POST", "/deposit", {"uuid": main, "amount": "5", "channel": "Cash"})
+    check(status == 403 and "may only read" in body["error"], f"POST /deposit with a read token: {status} {body}")
+    by_id(d, "refresh").click()
+    wait_for(d, lambda: dev_rows(d, "tk-table")[0]["Last used"] != "never", "the token's last use shown")
+    check(text(d, "t-balance") == before, "a read token deposited")
+    by_id(d, "tk-hide").click()
+    check(not by_id(d, "tk-new").is_displayed() and by_id(d, "tk-new-text").get_property("value") == "", "the token is still shown")
+    check(token not in d.page_source, "the token's text is still in the page")
+    # ---- a name like a script is text
+    fill(d, "tk-name", XSS)
+    Select(by_id(d, "tk-expiry")).select_by_value("")
+    submit(d, "token-form")
+    wait_notice(d, r"never expiring\.$", "token-form")
+    wait_for(d, lambda: len(dev_rows(d, "tk-table")) == 2, "two tokens listed")
+    rows = dev_rows(d, "tk-table")
+    check(rows[1]["Name"] == XSS and rows[1]["Expires"] == "never" and rows[1]["imgs"] == 0, f"script-like token: {rows[1]}")
+    try:
+        d.switch_to.alert
+        fail("an alert opened: a token's name was run as HTML")
+    except NoAlertPresentException:
+        pass
+    by_id(d, "tk-hide").click()
+    # ---- revoke by keyboard, after confirming; the token is refused from then on
+    dev_button(d, "tk-table", "revoke", "Revoke the token reporting").send_keys(Keys.ENTER)
+    wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation of a revoke")
+    check("refused from its next request" in text(d, "confirm-text"), text(d, "confirm-text"))
+    check(text(d, "confirm-ok") == "Revoke", text(d, "confirm-ok"))
+    by_id(d, "confirm-ok").click()
+    wait_for(d, lambda: [r["Name"] for r in dev_rows(d, "tk-table")] == [XSS], "the revoked token gone from the list")
+    check(text(d, "tk-ok") == "Revoked the token reporting: it no longer works.", text(d, "tk-ok"))
+    check(focused_id(d) == "tk-h", f"focus after a revoke is on {focused_id(d)}")
+    status, body = with_token(token, "GET", "/tokens")
+    check(status == 401, f"a revoked token: {status} {body}")
+    shot(d, "tokens")
+
+    # ---- a webhook for a receiver here; its secret shown once
+    rx = Receiver()
+    try:
+        webhook_walk(d, rx)
+    finally:
+        rx.close()
+
+
+def webhook_walk(d, rx):
+    fill(d, "wh-url", rx.url)
+    fill(d, "wh-desc", "bookkeeping")
+    fill(d, "wh-bill-days", "5")
+    by_id(d, "wh-ev-acc-created").click()  # transaction.recorded is checked already
+    submit(d, "webhook-form")
+    wait_notice(d, r"^Created the webhook .* for transaction\.recorded, account\.created\.$", "webhook-form")
+    secret = by_id(d, "wh-new-text").get_property("value")
+    check(secret.startswith("whsec_"), f"secret: {secret!r}")
+    check("will not be shown again" in text(d, "wh-new"), text(d, "wh-new"))
+    rows = dev_rows(d, "wh-table")
+    check(len(rows) == 1, f"webhooks: {rows}")
+    hook = rows[0]
+    check(hook["URL"] == rx.url + "bookkeeping" and hook["Events"] == "transaction.recorded, account.created", f"webhook row: {hook}")
+    check((hook["State"], hook["Waiting"], hook["Failed"]) == ("enabled", "0", "0"), f"webhook row: {hook}")
+    listed = api_get(d, "/webhooks", {})["webhooks"]
+    check(listed[0]["bill_days"] == 5 and "secret" not in listed[0], f"/webhooks: {listed}")
+    by_id(d, "wh-hide").click()
+    # ---- a deposit in the page arrives at the receiver, signed with that secret
+    choose(d, "dep-acc", "Main")
+    fill(d, "dep-amount", "12.50")
+    submit(d, "deposit-form")
+    wait_notice(d, r"Deposited 12\.50 into Main", "deposit-form")
+    wait_for(d, lambda: len(rx.events()) >= 1, "the receiver gets the deposit's event")
+    headers, body = rx.events()[0]
+    event = json.loads(body)
+    check(event["type"] == "transaction.recorded" and headers.get("pfm-event-type") == "transaction.recorded", f"event: {event}")
+    check(headers.get("pfm-event-id") == event["id"], f"event id header: {headers}")
+    check(verify(secret, headers["pfm-signature"], body), f"the signature does not verify: {headers['pfm-signature']}")
+    check(not verify(secret + "x", headers["pfm-signature"], body), "a wrong secret verifies")
+    first = event["data"]["records"][0]
+    check((first["uuid"], first["Type"], first["Amount"]) == (uuid_of(d, "Main"), "Deposit", 12.5), f"the event's first record: {first}")
+    # ---- its delivery, in the page: delivered, answered 200
+    dev_button(d, "wh-table", "deliveries", "Recent deliveries of " + rx.url).click()
+    check(text(d, "wd-url") == rx.url, text(d, "wd-url"))
+
+    def delivery(n_attempts):
+        rows = [r for r in dev_rows(d, "wd-table") if r.get("event") == event["id"]]
+        return rows[0] if rows and rows[0]["state"] == "delivered" and len(rows[0]["attempts"]) == n_attempts else None
+
+    wait_for(d, lambda: delivery(1), "the delivery listed as delivered")
+    row = delivery(1)
+    check(row["attempts"] == ["200"] and row["Type"] == "transaction.recorded", f"delivery: {row}")
+    check(re.search(r"HTTP 200 · \d+ ms", row["Attempts"]), f"attempt shown as {row['Attempts']!r}")
+    shot(d, "webhook-deliveries")
+    # ---- redeliver: the same event again, a second attempt listed
+    dev_button(d, "wd-table", "redeliver", f"Send transaction.recorded {event['id']} again").send_keys(Keys.ENTER)
+    wait_for(d, lambda: len(rx.events()) >= 2, "the receiver gets the event again")
+    headers2, body2 = rx.events()[1]
+    check(json.loads(body2)["id"] == event["id"], f"redelivered another event: {body2[:200]}")
+    check(verify(secret, headers2["pfm-signature"], body2), "the redelivery's signature does not verify")
+    wait_for(d, lambda: delivery(2), "the redelivery listed")
+    check(delivery(2)["attempts"] == ["200", "200"], f"delivery: {delivery(2)}")
+    check(re.match(r"Sending transaction\.recorded evt_\S+ again now\.", text(d, "wd-ok")), text(d, "wd-ok"))
+    # ---- disable, enable (the focus stays on the toggle), delete after confirming
+    label = "Disable the webhook " + rx.url
+    dev_button(d, "wh-table", "disable", label).send_keys(Keys.ENTER)
+    wait_for(d, lambda: dev_rows(d, "wh-table")[0]["State"].startswith("disabled"), "the webhook disabled")
+    check("disabled by its owner" in dev_rows(d, "wh-table")[0]["State"], f"webhook: {dev_rows(d, 'wh-table')}")
+    check(d.switch_to.active_element.get_attribute("data-act") == "enable", "focus left the toggle")
+    dev_button(d, "wh-table", "enable", "Enable the webhook " + rx.url).send_keys(Keys.ENTER)
+    wait_for(d, lambda: dev_rows(d, "wh-table")[0]["State"] == "enabled", "the webhook enabled again")
+    check(d.switch_to.active_element.get_attribute("data-act") == "disable", "focus left the toggle")
+    dev_button(d, "wh-table", "delete", "Delete the webhook " + rx.url).click()
+    wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation of a webhook's delete")
+    by_id(d, "confirm-cancel").click()
+    check(len(dev_rows(d, "wh-table")) == 1, "Cancel deleted the webhook")
+    dev_button(d, "wh-table", "delete", "Delete the webhook " + rx.url).click()
+    wait_for(d, lambda: by_id(d, "confirm").is_displayed(), "confirmation of a webhook's delete")
+    by_id(d, "confirm-ok").click()
+    wait_for(d, lambda: dev_rows(d, "wh-table") == [], "the webhook gone")
+    check(text(d, "wh-ok") == f"Deleted the webhook {rx.url}.", text(d, "wh-ok"))
+    check(not by_id(d, "wd-panel").is_displayed(), "the deleted webhook's deliveries still shown")
+    check(api_get(d, "/webhooks", {})["webhooks"] == [], "the webhook is still there")
+
 
 def run(d):
     # ---- the page loads, signed out, with every input labelled
@@ -854,6 +1090,9 @@ def run(d):
     # ---- scheduled transactions, what is coming, the forecast
     schedules_walk(d)
     shot(d, "schedules-done")
+
+    # ---- access tokens and webhooks
+    developer_walk(d)
 
     # ---- delete with a confirmation that says where the money goes
     select_account(d, "Food")
