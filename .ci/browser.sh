@@ -41,7 +41,7 @@ done
 
 status=0
 PFM_URL="http://127.0.0.1:$port" PFM_SHOTS="${PFM_SHOTS:-browser-screenshots}" \
-  timeout 180 python3 tests/browser/test_web.py || status=$?
+  timeout 210 python3 tests/browser/test_web.py || status=$?
 # Tokens (JWTs start with eyJ, access tokens with pfm_pat_), webhook secrets and the test
 # password must never reach the server log.
 if [ "$status" -eq 0 ] && grep -q -e 'eyJ' -e 'pfm_pat_' -e 'whsec_' -e 'correct horse' "$log"; then

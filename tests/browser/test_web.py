@@ -754,6 +754,7 @@ def webhook_walk(d, rx):
     check(row["attempts"] == ["200"] and row["Type"] == "transaction.recorded", f"delivery: {row}")
     check(re.search(r"HTTP 200 · \d+ ms", row["Attempts"]), f"attempt shown as {row['Attempts']!r}")
     shot(d, "webhook-deliveries")
+    by_id(d, "developer").screenshot(os.path.join(SHOTS, "developer-panel.png"))
     # ---- redeliver: the same event again, a second attempt listed
     dev_button(d, "wd-table", "redeliver", f"Send transaction.recorded {event['id']} again").send_keys(Keys.ENTER)
     wait_for(d, lambda: len(rx.events()) >= 2, "the receiver gets the event again")
@@ -763,6 +764,13 @@ def webhook_walk(d, rx):
     wait_for(d, lambda: delivery(2), "the redelivery listed")
     check(delivery(2)["attempts"] == ["200", "200"], f"delivery: {delivery(2)}")
     check(re.match(r"Sending transaction\.recorded evt_\S+ again now\.", text(d, "wd-ok")), text(d, "wd-ok"))
+    # At phone width the webhook and its deliveries are cards, nothing wider than the screen.
+    d.set_window_size(390, 844)
+    time.sleep(0.4)
+    overflow = d.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+    check(overflow <= 0, f"with a webhook's deliveries the page is {overflow}px wider than a phone screen")
+    by_id(d, "developer").screenshot(os.path.join(SHOTS, "developer-deliveries-phone.png"))
+    d.set_window_size(1280, 900)
     # ---- disable, enable (the focus stays on the toggle), delete after confirming
     label = "Disable the webhook " + rx.url
     dev_button(d, "wh-table", "disable", label).send_keys(Keys.ENTER)
@@ -1138,6 +1146,7 @@ def run(d):
     check(overflow <= 0, f"page is {overflow}px wider than a phone screen: {wide}")
     d.execute_script("window.scrollTo(0, document.getElementById('tree').offsetTop - 120)")
     d.save_screenshot(os.path.join(SHOTS, "phone-screen.png"))
+    by_id(d, "developer").screenshot(os.path.join(SHOTS, "developer-phone.png"))
     shot(d, "phone")
 
     # ---- no token in any URL the page requested
@@ -1242,7 +1251,7 @@ def run(d):
 
 def main():
     os.makedirs(SHOTS, exist_ok=True)
-    signal.alarm(150)  # never hang CI
+    signal.alarm(180)  # never hang CI
     opts = webdriver.ChromeOptions()
     opts.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     profile = tempfile.mkdtemp(prefix="pfm-chromium-")
