@@ -21,7 +21,7 @@ data=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 log="$data/pfm.log"
 # The walk's webhook receiver listens on 127.0.0.1, which pfm refuses by default (docs/webhooks.md).
-JWT_SECRET=browser-test-secret-browser-test-secret RUST_LOG="info,pfm=debug" WEBHOOKS_ALLOW_PRIVATE=true \
+JWT_SECRET=browser-test-secret-browser-test-secret RUST_LOG="info,pfm=debug" WEBHOOKS_ALLOW_PRIVATE=true WEBHOOKS_ALLOWED_HOSTS=127.0.0.1 \
   "$bin" --host 127.0.0.1 --port "$port" --data-dir "$data/db" >"$log" 2>&1 &
 pid=$!
 cleanup() {
