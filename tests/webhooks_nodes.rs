@@ -366,7 +366,7 @@ fn two_nodes_deliver_each_event_of_concurrent_writes_once() {
     let got = rx.got();
     well_formed(&got, &acked);
     let twice: Vec<(String, usize)> = arrivals(&got, false).into_iter().filter(|(_, n)| *n > 1).collect();
-    assert!(twice.is_empty(), "events sent more than once: {twice:?}");
+    assert!(twice.is_empty(), "{} events sent more than once, such as {:?}", twice.len(), twice.first());
     assert_eq!(got.len(), acked.len(), "one event per deposit, each sent once");
     for n in [&a, &b] {
         logs_delivered(n, &users, &acked, &refused);
@@ -424,7 +424,8 @@ fn a_node_killed_while_its_sends_hang_loses_none_of_them() {
         "killed node a with {in_flight} events sent and unanswered ({held} held open), {:?} after the last deposit",
         started.elapsed()
     );
-    assert_eq!(in_flight, hung.len(), "each event was taken by one node: {:?}", arrivals(&rx.got(), false));
+    let sent_twice = arrivals(&rx.got(), false).into_iter().filter(|(_, n)| *n > 1).count();
+    assert_eq!((in_flight, sent_twice), (hung.len(), 0), "each event was taken by one node");
 
     // Node b's own sends time out and wait their backoff; node a's stay leased to a: with the
     // clock still, nothing is sent again.
@@ -447,7 +448,11 @@ fn a_node_killed_while_its_sends_hang_loses_none_of_them() {
     let got = rx.got();
     well_formed(&got, &all);
     let taken = arrivals(&got, true);
-    assert!(taken.values().all(|n| *n == 1), "an event answered 200 twice: {taken:?}");
+    assert!(
+        taken.values().all(|n| *n == 1),
+        "an event answered 200 twice: {:?}",
+        taken.iter().find(|x| *x.1 > 1)
+    );
     assert_eq!(taken.len(), all.len());
     let counts = arrivals(&got, false);
     let twice: Vec<&Got> = got.iter().filter(|g| counts[&g.event] > 1).collect();
