@@ -440,6 +440,9 @@ pub struct Send {
     url: Text,
     secret: Text,
     event: Arc<Event>,
+    /// The lease written when it was taken (0: none): its outcome is recorded only while the
+    /// delivery still holds it, not once another node took it after the lease ran out.
+    lease: i64,
 }
 
 /// Deliveries this process is sending: (user, key). A delivery in it is not taken again until
@@ -516,16 +519,18 @@ pub fn take_due(ctx: &mut Ctx, user: &str, in_flight: &InFlight, lease: bool) ->
                 continue;
             }
         };
+        let until = if lease { now + LEASE_SECS } else { 0 };
         out.push(Send {
             key: k.clone(),
             webhook: w.id,
             url: w.url.clone(),
             secret: w.secret.clone(),
             event: d.event.clone(),
+            lease: until,
         });
         if lease {
             let mut d = d.clone();
-            d.lease_secs = now + LEASE_SECS;
+            d.lease_secs = until;
             taken.push((k.clone(), d));
         }
     }
@@ -598,7 +603,7 @@ async fn record(
             continue;
         };
         let mut d = d;
-        if d.event.id != s.event.id {
+        if d.event.id != s.event.id || d.lease_secs != s.lease {
             continue;
         }
         let attempt = Attempt {
