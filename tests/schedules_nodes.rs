@@ -9,10 +9,9 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::proc::{self, Proc as Node};
+use common::proc::{self, Clock, Proc as Node};
 use common::T0;
 use pfm::domain::dates::{day_of, fmt_day};
 use serde_json::{json, Value};
@@ -22,25 +21,6 @@ const DAY: i64 = 86_400;
 const INITIAL_CENTS: i64 = 500_000;
 /// The day every schedule starts: the day after T0 (2025-07-11).
 const START: &str = "2025-07-11";
-
-/// The clock both nodes read: a file of Unix seconds, replaced whole so no node reads half.
-struct Clock {
-    path: PathBuf,
-}
-
-impl Clock {
-    fn new(dir: &Path) -> Clock {
-        let c = Clock { path: dir.join("clock") };
-        c.set(T0);
-        c
-    }
-
-    fn set(&self, secs: i64) {
-        let tmp = self.path.with_extension("tmp");
-        std::fs::write(&tmp, secs.to_string()).expect("write the clock");
-        std::fs::rename(&tmp, &self.path).expect("move the clock");
-    }
-}
 
 /// The real binary on `db`, reading `clock`, its poster every 20 ms; its tokens outlive the
 /// months the test moves the clock across.

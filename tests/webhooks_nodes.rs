@@ -11,11 +11,10 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::proc::{self, Proc as Node};
+use common::proc::{self, Clock, Proc as Node};
 use common::T0;
 use serde_json::{json, Value};
 
@@ -24,25 +23,6 @@ use serde_json::{json, Value};
 const LEASE_SECS: i64 = 60;
 /// How long one send waits for an answer at most (`webhook::send::ATTEMPT_TIMEOUT`).
 const ATTEMPT: Duration = Duration::from_secs(10);
-
-/// The clock both nodes read: a file of Unix seconds, replaced whole so no node reads half.
-struct Clock {
-    path: PathBuf,
-}
-
-impl Clock {
-    fn new(dir: &Path) -> Clock {
-        let c = Clock { path: dir.join("clock") };
-        c.set(T0);
-        c
-    }
-
-    fn set(&self, secs: i64) {
-        let tmp = self.path.with_extension("tmp");
-        std::fs::write(&tmp, secs.to_string()).expect("write the clock");
-        std::fs::rename(&tmp, &self.path).expect("move the clock");
-    }
-}
 
 /// The real binary on `db`, reading `clock`, its waker every 20 ms, allowed to send to the
 /// test's receiver on 127.0.0.1.

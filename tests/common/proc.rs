@@ -228,3 +228,24 @@ pub fn login(addr: SocketAddr, user_id: &str, password: &str) -> String {
     assert_eq!(st, 200, "{v}");
     v["token"].as_str().expect("token").to_string()
 }
+
+/// A clock several real nodes read (test builds' `PFM_TEST_CLOCK_FILE`): a file of Unix seconds,
+/// replaced whole so no node reads half.
+pub struct Clock {
+    pub path: std::path::PathBuf,
+}
+
+impl Clock {
+    /// At [`super::T0`], in `dir`.
+    pub fn new(dir: &Path) -> Clock {
+        let c = Clock { path: dir.join("clock") };
+        c.set(super::T0);
+        c
+    }
+
+    pub fn set(&self, secs: i64) {
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, secs.to_string()).expect("write the clock");
+        std::fs::rename(&tmp, &self.path).expect("move the clock");
+    }
+}
