@@ -238,7 +238,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The events of this mutation, as deliveries to each webhook that wants them, written with
-    /// it. Also the user's next wake time, which waiting deliveries and Bill notices move.
+    /// it (the wake time, which they move, is written after them, in [`Ctx::finish`]).
     fn emit(&mut self) {
         let Some(before) = self.before.take() else { return };
         let events = super::events::of_write(self.tree, &before, &self.records, self.now_secs);
