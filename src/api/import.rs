@@ -447,7 +447,6 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let mut seen = HashSet::new();
     let dup: Vec<bool> = all.iter().zip(there).map(|(id, there)| !seen.insert(*id) || there).collect();
     drop(seen);
-    let today = crate::domain::dates::day_of(rq.now());
     let channel = Text::from(format!("import:{}", format.name()));
     // Imported lines are the person's own payments and income: counted as theirs by spending
     // and income (SPEC 10.15), like a deposit or withdrawal they enter by hand.
@@ -535,7 +534,7 @@ pub async fn import(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
             .collect();
         if !settled.is_empty() {
             // In the same write as the lines: the poster never posts these occurrences.
-            super::schedules::settle_paid(ctx, &settled, today);
+            super::schedules::settle_paid(ctx, &settled);
         }
         Ok(actions)
     };

@@ -260,9 +260,7 @@ pub static FORECAST: Endpoint = Endpoint::read(
 
 /// The user's schedules, in id order.
 pub fn schedules_of(tree: &Tree) -> Vec<&Schedule> {
-    tree.docs
-        .range::<str, _>((std::ops::Bound::Included(sch::KEY_PREFIX), std::ops::Bound::Unbounded))
-        .take_while(|(k, _)| k.starts_with(sch::KEY_PREFIX))
+    crate::domain::docs::with_prefix(&tree.docs, sch::KEY_PREFIX)
         .filter_map(|(_, d)| match &**d {
             Doc::Schedule(s) => Some(s),
             _ => None,
@@ -277,21 +275,15 @@ fn schedule_of(tree: &Tree, id: u64) -> Result<Schedule, ApiError> {
     }
 }
 
-/// Stores `s` and the user's next wake day (the poster's index).
-fn store(ctx: &mut Ctx, s: Schedule, today: i64) {
+/// Stores `s` (the write of a schedule also writes the user's wake time, see `Ctx::finish`).
+fn store(ctx: &mut Ctx, s: Schedule) {
     ctx.set_doc(sch::key(s.id), Some(Doc::Schedule(s)));
-    refresh_due(ctx, today);
-}
-
-/// Writes when the waker should next look at this user.
-fn refresh_due(ctx: &mut Ctx, _today: i64) {
-    ctx.set_wake(crate::domain::wake::next(ctx.tree, ctx.now_secs));
 }
 
 /// Marks occurrences `paid` (schedule id, occurrence) settled as posted by other means (the
 /// statement lines an import took for them, docs/import.md), in the write that applies those
 /// lines: their transaction ids go into the index too, so no poster on any node posts them.
-pub(super) fn settle_paid(ctx: &mut Ctx, paid: &[(u64, u32)], today: i64) {
+pub(super) fn settle_paid(ctx: &mut Ctx, paid: &[(u64, u32)]) {
     for &(id, n) in paid {
         if let Ok(mut s) = schedule_of(ctx.tree, id) {
             ctx.claim_id(s.txid(n));
@@ -299,7 +291,6 @@ pub(super) fn settle_paid(ctx: &mut Ctx, paid: &[(u64, u32)], today: i64) {
             ctx.set_doc(sch::key(s.id), Some(Doc::Schedule(s)));
         }
     }
-    refresh_due(ctx, today);
 }
 
 fn occurrence_obj(s: &Schedule, o: &Occurrence, today: i64, tree: &Tree) -> Obj {
@@ -550,19 +541,14 @@ pub async fn create(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         if schedules_of(ctx.tree).len() >= MAX_SCHEDULES {
             return Err(TOO_MANY.err());
         }
-        let next_id = match ctx.tree.docs.get(sch::NEXT_ID_KEY).map(|d| &**d) {
-            Some(Doc::Counter(n)) => *n,
-            _ => 1,
-        };
-        s.id = next_id;
+        s.id = ctx.next_id(sch::NEXT_ID_KEY);
         // Occurrences before today are not owed: a schedule starting in the past posts from
         // today on (its earlier dates are history the person recorded already, if at all).
         if s.recur.start_day < day {
             s.next = s.recur.next_from(day).map_or(u32::MAX, |o| o.n);
         }
-        ctx.set_doc(Text::Static(sch::NEXT_ID_KEY), Some(Doc::Counter(next_id + 1)));
         let obj = schedule_obj(&s, day, ctx.tree);
-        store(ctx, s, day);
+        store(ctx, s);
         Ok(Obj::new().obj("schedule", obj))
     })
     .await
@@ -578,7 +564,7 @@ pub async fn update(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
             s.renumber(day);
         }
         let obj = schedule_obj(&s, day, ctx.tree);
-        store(ctx, s, day);
+        store(ctx, s);
         Ok(Obj::new().obj("schedule", obj))
     })
     .await
@@ -586,11 +572,9 @@ pub async fn update(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
 
 pub async fn delete(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
     let id = rq.params.req_num_of(&ID)? as u64;
-    let day = today(rq);
     mutate(app, rq, |ctx, _| {
         schedule_of(ctx.tree, id)?;
         ctx.set_doc(sch::key(id), None);
-        refresh_due(ctx, day);
         Ok(Obj::new().int("deleted", id.into()))
     })
     .await
@@ -605,7 +589,7 @@ pub async fn skip(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         s.settle(o.n, true);
         let skipped = occurrence_obj(&s, &o, day, ctx.tree);
         let obj = schedule_obj(&s, day, ctx.tree);
-        store(ctx, s, day);
+        store(ctx, s);
         Ok(Obj::new().obj("schedule", obj).obj("skipped", skipped))
     })
     .await
@@ -637,7 +621,7 @@ pub async fn post_now(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         s.settle(o.n, false);
         let posted = occurrence_obj(&s, &o, day, ctx.tree);
         let obj = schedule_obj(&s, day, ctx.tree);
-        store(ctx, s, day);
+        store(ctx, s);
         Ok(Obj::new().obj("schedule", obj).obj("posted", posted))
     })
     .await
@@ -814,7 +798,7 @@ async fn post_due(app: &Arc<App>, user: &str, day: i64) -> Result<usize, ApiErro
         // wake time; a write now would change nothing.
         return Ok(0);
     }
-    refresh_due(&mut ctx, day);
+    ctx.refresh_wake();
     let change = ctx.finish();
     if let Err(e) = guard.commit_keyed(change, tree, None).await {
         super::webhooks::untake(app, user, &sends);

@@ -18,7 +18,7 @@ use crate::domain::dates::fmt_millis;
 use crate::domain::docs::Doc;
 use crate::domain::engine::Ctx;
 use crate::domain::text::Text;
-use crate::domain::token::{is_token_key, token_key, AccessToken, MAX_TOKENS, NEXT_ID_KEY};
+use crate::domain::token::{token_key, AccessToken, KEY_PREFIX, MAX_TOKENS, NEXT_ID_KEY};
 
 /// Longest token name.
 pub const NAME_MAX_CHARS: usize = 100;
@@ -135,7 +135,7 @@ fn scopes(write: bool) -> &'static [&'static str] {
 }
 
 fn tokens_of(docs: &crate::domain::docs::Docs) -> impl Iterator<Item = &AccessToken> {
-    docs.iter().filter(|(k, _)| is_token_key(k)).filter_map(|(_, d)| match &**d {
+    crate::domain::docs::with_prefix(docs, KEY_PREFIX).filter_map(|(_, d)| match &**d {
         Doc::Token(t) => Some(t),
         _ => None,
     })
@@ -176,10 +176,7 @@ pub async fn create(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         if mine.len() >= MAX_TOKENS {
             return Err(TOO_MANY.err());
         }
-        let id = match ctx.tree.docs.get(NEXT_ID_KEY).map(|d| &**d) {
-            Some(Doc::Counter(n)) => *n,
-            _ => 1,
-        };
+        let id = ctx.next_id(NEXT_ID_KEY);
         let t = AccessToken {
             id,
             name: Text::from(name.as_str()),
@@ -195,7 +192,6 @@ pub async fn create(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
             .str_array("scopes", scopes(write))
             .str("created", &time(now));
         let o = opt_time(o, "expires", expires).str("token", &pat::format(&user_id, id, &secret));
-        ctx.set_doc(Text::Static(NEXT_ID_KEY), Some(Doc::Counter(id + 1)));
         ctx.set_doc(token_key(id), Some(Doc::Token(t)));
         Ok(o)
     })

@@ -237,7 +237,7 @@ pub async fn create(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         if ev::webhooks(&ctx.tree.docs).count() >= MAX_HOOKS {
             return Err(TOO_MANY.err());
         }
-        let id = next_id(ctx);
+        let id = ctx.next_id(ev::NEXT_ID_KEY);
         let w = Webhook {
             id,
             url,
@@ -255,15 +255,6 @@ pub async fn create(app: &App, rq: &Rq) -> Result<Answer, ApiError> {
         Ok(obj)
     })
     .await
-}
-
-fn next_id(ctx: &mut Ctx) -> u64 {
-    let id = match ctx.tree.docs.get(ev::NEXT_ID_KEY).map(|d| &**d) {
-        Some(Doc::Counter(n)) => *n,
-        _ => 1,
-    };
-    ctx.set_doc(Text::from(ev::NEXT_ID_KEY), Some(Doc::Counter(id + 1)));
-    id
 }
 
 pub async fn list(app: &App, rq: &Rq) -> Result<Obj, ApiError> {

@@ -31,6 +31,16 @@ pub enum Doc {
 /// A user's settings by key.
 pub type Docs = BTreeMap<Text, Arc<Doc>>;
 
+/// The settings whose keys start with `prefix`, in key order: one range of the map, not a scan
+/// of every setting. (A `&'static str` prefix costs no allocation; an owned one is kept.)
+pub fn with_prefix<'a, P: AsRef<str> + 'a>(
+    docs: &'a Docs,
+    prefix: P,
+) -> impl Iterator<Item = (&'a Text, &'a Arc<Doc>)> + 'a {
+    docs.range::<str, _>((std::ops::Bound::Included(prefix.as_ref()), std::ops::Bound::Unbounded))
+        .take_while(move |(k, _)| k.starts_with(prefix.as_ref()))
+}
+
 /// The key of the import rules.
 pub const RULES_KEY: &str = "rules";
 /// Rules one user may keep; a statement line is tested against each in turn.

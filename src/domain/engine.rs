@@ -121,8 +121,9 @@ pub struct Ctx<'a> {
     docs: Vec<(Text, Option<Arc<Doc>>)>,
     /// Ids indexed without a record of their own (see [`Ctx::claim_id`]).
     claimed: Vec<Text>,
-    /// When the user next needs the service (seconds), when this mutation changed it.
-    wake: Option<Option<i64>>,
+    /// Whether [`Ctx::finish`] writes the wake time whatever was written (see
+    /// [`Ctx::refresh_wake`]).
+    refresh_wake: bool,
     /// While the user has a live webhook: each account this mutation touched, as it was.
     before: Option<Box<super::events::Before>>,
 }
@@ -200,15 +201,27 @@ impl<'a> Ctx<'a> {
             removed: Vec::new(),
             docs: Vec::new(),
             claimed: Vec::new(),
-            wake: None,
+            refresh_wake: false,
             before,
         }
     }
 
-    /// Records when the user next needs the service (seconds; `None`: nothing to do), for the
-    /// index every node's waker reads.
-    pub fn set_wake(&mut self, at_secs: Option<i64>) {
-        self.wake = Some(at_secs);
+    /// Has [`Ctx::finish`] write when the user next needs the service, for the index every
+    /// node's waker reads, even if nothing that moves it was written (a waker's visit corrects
+    /// an index entry that was early).
+    pub fn refresh_wake(&mut self) {
+        self.refresh_wake = true;
+    }
+
+    /// The next id of a kind of setting, from its counter under `key` (ids start at 1 and are
+    /// never reused); the counter moves in this mutation.
+    pub fn next_id(&mut self, key: &'static str) -> u64 {
+        let id = match self.tree.docs.get(key).map(|d| &**d) {
+            Some(Doc::Counter(n)) => *n,
+            _ => 1,
+        };
+        self.set_doc(Text::Static(key), Some(Doc::Counter(id + 1)));
+        id
     }
 
     /// Puts `id` in the transaction-id index without a record: a statement line matched to a
@@ -253,9 +266,8 @@ impl<'a> Ctx<'a> {
         self.emit();
         // The wake time follows the settings that decide it, whoever wrote them, and after this
         // mutation's own deliveries.
-        if listening || self.wake.is_some() || self.docs.iter().any(|(k, _)| super::wake::moves(k)) {
-            self.wake = Some(super::wake::next(self.tree, self.now_secs));
-        }
+        let wake = (listening || self.refresh_wake || self.docs.iter().any(|(k, _)| super::wake::moves(k)))
+            .then(|| super::wake::next(self.tree, self.now_secs));
         let t = &*self.tree;
         // Records of accounts deleted later in the operation are dropped with them.
         let mut records = self.records;
@@ -298,7 +310,7 @@ impl<'a> Ctx<'a> {
             main_txids,
             notes,
             docs: self.docs,
-            wake: self.wake,
+            wake,
         }
     }
 

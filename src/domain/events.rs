@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::dates::day_of;
-use super::docs::{Doc, Docs};
+use super::docs::{with_prefix, Doc, Docs};
 use super::engine::TxRecord;
 use super::note::Note;
 use super::text::Text;
@@ -200,15 +200,8 @@ fn out_prefix(webhook: u64) -> String {
     format!("{OUT_PREFIX}{webhook:010}:")
 }
 
-/// Settings under `prefix`, in key order.
-pub fn range<'a>(docs: &'a Docs, prefix: &str) -> impl Iterator<Item = (&'a Text, &'a Arc<Doc>)> + 'a {
-    let p = prefix.to_string();
-    docs.range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
-        .take_while(move |(k, _)| k.starts_with(p.as_str()))
-}
-
 pub fn webhooks(docs: &Docs) -> impl Iterator<Item = &Webhook> {
-    range(docs, HOOK_PREFIX).filter_map(|(_, d)| match &**d {
+    with_prefix(docs, HOOK_PREFIX).filter_map(|(_, d)| match &**d {
         Doc::Webhook(w) => Some(w),
         _ => None,
     })
@@ -217,7 +210,7 @@ pub fn webhooks(docs: &Docs) -> impl Iterator<Item = &Webhook> {
 /// Deliveries of `webhook` (every webhook's with `None`), oldest first.
 pub fn deliveries(docs: &Docs, webhook: Option<u64>) -> impl Iterator<Item = (&Text, &Delivery)> {
     let p = webhook.map_or_else(|| OUT_PREFIX.to_string(), out_prefix);
-    range(docs, &p).filter_map(|(k, d)| match &**d {
+    with_prefix(docs, p).filter_map(|(k, d)| match &**d {
         Doc::Delivery(x) => Some((k, x)),
         _ => None,
     })
@@ -233,9 +226,7 @@ pub fn new_work(written: &[(Text, Option<Arc<Doc>>)]) -> bool {
 
 /// Whether a write of this tree must watch for events. (Every write asks: no allocation.)
 pub fn listening(docs: &Docs) -> bool {
-    docs.range::<str, _>((std::ops::Bound::Included(HOOK_PREFIX), std::ops::Bound::Unbounded))
-        .take_while(|(k, _)| k.starts_with(HOOK_PREFIX))
-        .any(|(_, d)| matches!(&**d, Doc::Webhook(w) if w.live()))
+    webhooks(docs).any(Webhook::live)
 }
 
 /// What a write touched, as it was before: captured the first time the write touches each

@@ -34,12 +34,10 @@ impl AccessToken {
     }
 }
 
+/// The key prefix of tokens among a user's settings.
+pub const KEY_PREFIX: &str = "pat:";
+
 /// The key of token `id`.
 pub fn token_key(id: u64) -> Text {
-    Text::from(format!("pat:{id}"))
-}
-
-/// Whether a settings key is a token's.
-pub fn is_token_key(key: &str) -> bool {
-    key.starts_with("pat:")
+    Text::from(format!("{KEY_PREFIX}{id}"))
 }

@@ -10,7 +10,7 @@ use super::tree::Tree;
 /// The earliest of them, in seconds; `None` when nothing will be due by itself.
 pub fn next(tree: &Tree, now_secs: i64) -> Option<i64> {
     let today = day_of(now_secs);
-    let schedules = super::events::range(&tree.docs, SCHEDULES)
+    let schedules = super::docs::with_prefix(&tree.docs, SCHEDULES)
         .filter_map(|(_, d)| match &**d {
             Doc::Schedule(s) => s.wake_day(today),
             _ => None,
