@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -114,35 +114,9 @@ impl Receiver {
 
 fn serve(mut c: TcpStream, script: Arc<Mutex<Script>>) {
     let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        match c.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
+    let Some(common::http_in::Request { headers, body }) = common::http_in::read_request(&mut c) else {
+        return;
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let headers: Vec<(String, String)> = head
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
-        .collect();
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        match c.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let body = buf[head_end..head_end + len].to_vec();
     let reply = {
         let mut s = script.lock().unwrap();
         let then = s.then.unwrap_or(Reply::Status(200));

@@ -128,35 +128,10 @@ impl Receiver {
 
 fn serve(mut c: TcpStream, inbox: Arc<Mutex<Inbox>>) {
     let _ = c.set_read_timeout(Some(Duration::from_secs(120)));
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        match c.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let header = |name: &str| {
-        head.lines()
-            .skip(1)
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim().to_string())
-    };
-    let len: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-    while buf.len() < head_end + len {
-        match c.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let e: Value = serde_json::from_slice(&buf[head_end..head_end + len]).expect("a JSON event");
+    let Some(r) = common::http_in::read_request(&mut c) else { return };
+    let e: Value = serde_json::from_slice(&r.body).expect("a JSON event");
     let event = e["id"].as_str().expect("an event id").to_string();
-    assert_eq!(header("pfm-event-id").as_deref(), Some(event.as_str()), "the id header names the body's");
+    assert_eq!(r.header("pfm-event-id"), Some(event.as_str()), "the id header names the body's");
     assert_eq!(e["type"], "transaction.recorded", "{e}");
     let tx = e["data"]["records"][0]["TransactionID"].as_str().expect("a transaction id").to_string();
     let hang = {
@@ -168,6 +143,7 @@ fn serve(mut c: TcpStream, inbox: Arc<Mutex<Inbox>>) {
     };
     if hang {
         // Held until the sender gives up or dies: its side of the connection closes.
+        let mut chunk = [0u8; 8192];
         while matches!(c.read(&mut chunk), Ok(n) if n > 0) {}
         inbox.lock().unwrap().held -= 1;
     } else {

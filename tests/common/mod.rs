@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod http_in;
 pub mod proc;
 pub mod store;
 
