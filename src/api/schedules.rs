@@ -693,19 +693,24 @@ fn post(ctx: &mut Ctx, s: &Schedule, o: &Occurrence, day: i64) -> Result<(), Str
     Ok(())
 }
 
-/// The waker: every `every`, and at once when a write leaves it work (a new webhook delivery),
-/// visits each user the index names as due, on this node: posts the scheduled occurrences that
+/// Passes woken by writes start at least this long apart: a busy user's deliveries then go out
+/// and are recorded a few at a time, instead of one visit, one write and one outcome write each.
+const GATHER: Duration = Duration::from_millis(100);
+
+/// The waker: every `every`, and at once when a write leaves it work (a new webhook delivery;
+/// no sooner than [`GATHER`] after the last pass began), visits each user the index names as due, on this node: posts the scheduled occurrences that
 /// fell due, makes the Bill notices owed, and sends the webhook deliveries that are due (on
 /// PostgreSQL every node runs one; the user's row lock, the occurrences' transaction ids and the
 /// deliveries' leases make each posting happen once and each delivery go from one node).
 pub async fn run_poster(app: Arc<App>, every: Duration) {
     loop {
+        let began = tokio::time::Instant::now();
         if let Err(e) = poster_pass(&app).await {
             tracing::warn!(error = ?e, "waker: pass failed; retrying");
         }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = app.users.wake_hint.notified() => {}
+            _ = app.users.wake_hint.notified() => tokio::time::sleep_until(began + GATHER).await,
         }
     }
 }

@@ -1,14 +1,17 @@
 //! One delivery attempt: resolve, refuse forbidden addresses, connect to a checked address,
-//! TLS for `https`, one HTTP/1.1 POST on a fresh connection, read at most 64 KB of the answer,
-//! all within one deadline.
+//! TLS for `https`, one HTTP/1.1 POST, read at most 64 KB of the answer, all within one
+//! deadline. Connections are kept alive and reused for the same scheme, host and port (see
+//! [`Pool`]).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, HOST, USER_AGENT};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST, USER_AGENT};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -59,26 +62,99 @@ struct Failure {
     status: Option<u16>,
     msg: String,
     retry: bool,
+    /// A kept-alive connection failed before any answer: try a new one in the same attempt.
+    stale: bool,
 }
 
 fn permanent(msg: impl Into<String>) -> Failure {
-    Failure { status: None, msg: msg.into(), retry: false }
+    Failure { status: None, msg: msg.into(), retry: false, stale: false }
 }
 
 fn transient(msg: impl Into<String>) -> Failure {
-    Failure { status: None, msg: msg.into(), retry: true }
+    Failure { status: None, msg: msg.into(), retry: true, stale: false }
 }
 
-/// Sends webhook deliveries. One per process; cloning is cheap (the TLS configuration is
-/// shared). Each attempt opens its own connection: deliveries go to many hosts, rarely, so a
-/// pool would keep little warm, and a fresh connection is what makes the connect-time address
-/// check hold.
+/// An idle connection is closed after this long unused: receivers close theirs after 5 s (Node)
+/// to 75 s (nginx), and one closing first costs a retry on a fresh connection.
+pub const IDLE_FOR: Duration = Duration::from_secs(4);
+/// Idle connections kept per scheme, host and port; more are closed once answered.
+const IDLE_PER_HOST: usize = 256;
+/// Hosts with idle connections kept at once; past it a connection is closed once answered.
+const IDLE_HOSTS: usize = 1024;
+
+/// Sends webhook deliveries. One per process; cloning is cheap (the TLS configuration and the
+/// pool are shared).
 #[derive(Clone)]
 pub struct Sender {
     allow_private: bool,
     timeout: Duration,
     extra_roots: Vec<CertificateDer<'static>>,
     tls: Arc<ClientConfig>,
+    pool: Arc<Pool>,
+}
+
+/// Scheme, host and port: a connection is reused only for the same three, so an `https` URL
+/// never rides a plain connection and every reused connection went to an address that passed
+/// the check when it was made (a name re-pointed since is checked at the next new connection).
+type PoolKey = (bool, String, u16);
+
+/// A kept-alive connection between two deliveries.
+struct Idle {
+    tx: SendRequest<Full<Bytes>>,
+    /// Dropping it aborts the connection's task, which closes the socket.
+    _conn: AbortOnDrop,
+    since: Instant,
+}
+
+/// Idle connections, newest last (a delivery takes the newest, so under light load the older
+/// ones age out instead of all staying warm). A delivery per deposit to the same receiver would
+/// otherwise pay a TCP handshake and teardown on both sides each time.
+#[derive(Default)]
+struct Pool {
+    idle: parking_lot::Mutex<HashMap<PoolKey, Vec<Idle>>>,
+}
+
+impl Pool {
+    /// The newest idle connection to `key` still open, dropping expired and closed ones.
+    fn take(&self, key: &PoolKey) -> Option<Idle> {
+        let mut idle = self.idle.lock();
+        let list = idle.get_mut(key)?;
+        let mut found = None;
+        while let Some(c) = list.pop() {
+            if c.since.elapsed() < IDLE_FOR && !c.tx.is_closed() {
+                found = Some(c);
+                break;
+            }
+        }
+        if list.is_empty() {
+            idle.remove(key);
+        }
+        found
+    }
+
+    fn put(&self, key: PoolKey, c: Idle) {
+        let mut idle = self.idle.lock();
+        if !idle.contains_key(&key) && idle.len() >= IDLE_HOSTS {
+            idle.retain(|_, l| {
+                l.retain(|c| c.since.elapsed() < IDLE_FOR && !c.tx.is_closed());
+                !l.is_empty()
+            });
+            if idle.len() >= IDLE_HOSTS {
+                return;
+            }
+        }
+        let list = idle.entry(key).or_default();
+        // The oldest goes first: it is the likeliest to be closed by the receiver.
+        list.retain(|c| c.since.elapsed() < IDLE_FOR);
+        if list.len() < IDLE_PER_HOST {
+            list.push(c);
+        }
+    }
+
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        self.idle.lock().values().map(Vec::len).sum()
+    }
 }
 
 impl std::fmt::Debug for Sender {
@@ -114,7 +190,13 @@ impl Sender {
         // The built-in provider supports the default protocol versions and the compiled-in
         // roots are valid, so this depends on nothing at run time.
         let tls = tls_config(&[]).expect("the built-in TLS configuration is valid");
-        Sender { allow_private, timeout: ATTEMPT_TIMEOUT, extra_roots: Vec::new(), tls }
+        Sender { allow_private, timeout: ATTEMPT_TIMEOUT, extra_roots: Vec::new(), tls, pool: Arc::default() }
+    }
+
+    /// Idle connections kept (tests).
+    #[cfg(test)]
+    pub(crate) fn idle_connections(&self) -> usize {
+        self.pool.idle_count()
     }
 
     /// The same sender with another limit per attempt (tests use 1 s).
@@ -203,66 +285,115 @@ impl Sender {
             HeaderValue::from_str(v)
                 .map_err(|_| permanent(format!("the event {what} is not a valid header value")))
         };
-        let req = Request::post(t.path_and_query.as_str())
-            .header(HOST, header(&t.authority, "URL's host")?)
-            .header(CONTENT_TYPE, "application/json")
-            .header(USER_AGENT, USER_AGENT_VALUE)
-            .header(CONNECTION, "close")
-            .header(SIGNATURE_HEADER, header(&signature(secret, now_secs, body), "signature")?)
-            .header(EVENT_ID_HEADER, header(event_id, "id")?)
-            .header(EVENT_TYPE_HEADER, header(event_type, "type")?)
-            .body(Full::new(Bytes::copy_from_slice(body)))
-            .map_err(|_| permanent("the request could not be built"))?;
-
-        let tcp = self.connect(&t, deadline).await?;
-        if !t.https {
-            return self.exchange(tcp, req, deadline).await;
+        let host = header(&t.authority, "URL's host")?;
+        let sig = header(&signature(secret, now_secs, body), "signature")?;
+        let id = header(event_id, "id")?;
+        let kind = header(event_type, "type")?;
+        let body = Bytes::copy_from_slice(body);
+        let req = || {
+            Request::post(t.path_and_query.as_str())
+                .header(HOST, host.clone())
+                .header(CONTENT_TYPE, "application/json")
+                .header(USER_AGENT, USER_AGENT_VALUE)
+                .header(SIGNATURE_HEADER, sig.clone())
+                .header(EVENT_ID_HEADER, id.clone())
+                .header(EVENT_TYPE_HEADER, kind.clone())
+                .body(Full::new(body.clone()))
+                .map_err(|_| permanent("the request could not be built"))
+        };
+        let key: PoolKey = (t.https, t.host.clone(), t.port);
+        while let Some(mut c) = self.pool.take(&key) {
+            match self.exchange(&mut c.tx, req()?, deadline).await {
+                Ok((status, reusable)) => {
+                    if reusable {
+                        c.since = Instant::now();
+                        self.pool.put(key, c);
+                    }
+                    return Ok(status);
+                }
+                // Closed by the receiver while idle: the request may not have been read, so
+                // it goes again on another connection (a receiver drops repeats by event id).
+                Err(f) if f.stale => continue,
+                Err(f) => return Err(f),
+            }
         }
-        let name = ServerName::try_from(t.host.clone())
-            .map_err(|_| permanent("the host is not a valid TLS name"))?;
-        let tls = timeout_at(deadline, tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, tcp))
-            .await
-            .map_err(|_| self.timed_out())?
-            .map_err(|e| transient(format!("TLS handshake failed: {e}")))?;
-        self.exchange(tls, req, deadline).await
+        let tcp = self.connect(&t, deadline).await?;
+        let mut c = if !t.https {
+            self.handshake(tcp).await?
+        } else {
+            let name = ServerName::try_from(t.host.clone())
+                .map_err(|_| permanent("the host is not a valid TLS name"))?;
+            let tls =
+                timeout_at(deadline, tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, tcp))
+                    .await
+                    .map_err(|_| self.timed_out())?
+                    .map_err(|e| transient(format!("TLS handshake failed: {e}")))?;
+            self.handshake(tls).await?
+        };
+        let (status, reusable) = self.exchange(&mut c.tx, req()?, deadline).await?;
+        if reusable {
+            c.since = Instant::now();
+            self.pool.put(key, c);
+        }
+        Ok(status)
     }
 
-    /// One request on a fresh HTTP/1.1 connection; the status, after reading at most
-    /// [`MAX_ANSWER_BYTES`] of the body.
-    async fn exchange<S>(
-        &self,
-        io: S,
-        req: Request<Full<Bytes>>,
-        deadline: tokio::time::Instant,
-    ) -> Result<u16, Failure>
+    /// An HTTP/1.1 connection over `io`, its task running apart.
+    async fn handshake<S>(&self, io: S) -> Result<Idle, Failure>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         // The connection's buffer is capped too, so no single read takes in more than 64 KB (a
         // head larger than that is refused as an error).
-        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        let (tx, conn) = hyper::client::conn::http1::Builder::new()
             .max_buf_size(MAX_ANSWER_BYTES)
             .handshake::<_, Full<Bytes>>(TokioIo::new(io))
             .await
             .map_err(|e| transient(format!("HTTP handshake failed: {e}")))?;
-        let _conn = AbortOnDrop(tokio::spawn(async move {
+        let conn = AbortOnDrop(tokio::spawn(async move {
             let _ = conn.await;
         }));
-        let resp = timeout_at(deadline, sender.send_request(req))
+        Ok(Idle { tx, _conn: conn, since: Instant::now() })
+    }
+
+    /// One request; the status, after reading at most [`MAX_ANSWER_BYTES`] of the body, and
+    /// whether the connection may carry another (the whole answer was read in time).
+    async fn exchange(
+        &self,
+        tx: &mut SendRequest<Full<Bytes>>,
+        req: Request<Full<Bytes>>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(u16, bool), Failure> {
+        let stale = |msg: String| Failure { status: None, msg, retry: true, stale: true };
+        timeout_at(deadline, tx.ready())
             .await
             .map_err(|_| self.timed_out())?
-            .map_err(|e| transient(format!("no answer: {e}")))?;
+            .map_err(|e| stale(format!("no answer: {e}")))?;
+        let resp = match timeout_at(deadline, tx.send_request(req)).await {
+            Err(_) => return Err(self.timed_out()),
+            // Nothing of an answer came: on a reused connection, the receiver closed it.
+            Ok(Err(e)) if e.is_canceled() || e.is_incomplete_message() || e.is_closed() => {
+                return Err(stale(format!("no answer: {e}")))
+            }
+            Ok(Err(e)) => return Err(transient(format!("no answer: {e}"))),
+            Ok(Ok(r)) => r,
+        };
         let status = resp.status().as_u16();
         let mut body = resp.into_body();
         let mut read = 0usize;
+        let mut whole = false;
         while read < MAX_ANSWER_BYTES {
             match timeout_at(deadline, body.frame()).await {
                 Ok(Some(Ok(frame))) => read += frame.data_ref().map_or(0, |d| d.len()),
-                // The end, a broken body or the deadline after the head: the status stands.
-                Ok(None) | Ok(Some(Err(_))) | Err(_) => break,
+                Ok(None) => {
+                    whole = true;
+                    break;
+                }
+                // A broken body or the deadline after the head: the status stands.
+                Ok(Some(Err(_))) | Err(_) => break,
             }
         }
-        Ok(status)
+        Ok((status, whole))
     }
 
     fn timed_out(&self) -> Failure {

@@ -26,6 +26,10 @@ enum Reply {
     /// A 200 head, then `first` bytes of body, then either more at full speed up to `total`
     /// (reporting how many were written before the client closed) or nothing more, held open.
     Stream { first: usize, total: usize, then_stall: bool },
+    /// Answers `200 ok` to every request on the connection, keeping it open, until the client
+    /// closes it; with `drop_after`, reads that many requests and closes without answering the
+    /// last (a receiver closing an idle connection as a request arrives).
+    KeepAlive { drop_after: Option<usize> },
 }
 
 /// A request as the receiver got it.
@@ -86,9 +90,24 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     got: tokio::sync::mpsc::UnboundedSender<Got>,
     written: tokio::sync::mpsc::UnboundedSender<usize>,
 ) {
+    if let Reply::KeepAlive { drop_after } = reply {
+        let mut n = 0;
+        while let Some(req) = read_request(&mut s).await {
+            let _ = got.send(req);
+            n += 1;
+            if drop_after == Some(n) {
+                return;
+            }
+            if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.is_err() {
+                return;
+            }
+        }
+        return;
+    }
     let Some(req) = read_request(&mut s).await else { return };
     let _ = got.send(req);
     match reply {
+        Reply::KeepAlive { .. } => {}
         Reply::Raw(b) => {
             let _ = s.write_all(&b).await;
             let _ = s.shutdown().await;
@@ -159,6 +178,56 @@ fn sender() -> Sender {
 
 async fn send_to(s: &Sender, url: &str) -> Attempt {
     s.send(url, SECRET, "evt_42", "deposit.created", BODY, NOW).await
+}
+
+#[tokio::test]
+async fn a_connection_is_kept_alive_and_reused() {
+    let mut r = receiver(Reply::KeepAlive { drop_after: None }).await;
+    let s = sender();
+    let url = format!("http://{}/hook", r.addr);
+    for _ in 0..3 {
+        let a = send_to(&s, &url).await;
+        assert!(a.ok(), "{a:?}");
+    }
+    assert_eq!(r.conns.load(Ordering::SeqCst), 1);
+    assert_eq!(s.idle_connections(), 1);
+    for _ in 0..3 {
+        let got = r.got.recv().await.unwrap();
+        assert!(got.header("connection").is_none_or(|v| !v.eq_ignore_ascii_case("close")), "{got:?}");
+        assert_eq!(got.body, BODY);
+    }
+    // Another host's URL never rides this connection.
+    let mut other = receiver(Reply::KeepAlive { drop_after: None }).await;
+    let a = send_to(&s, &format!("http://{}/hook", other.addr)).await;
+    assert!(a.ok(), "{a:?}");
+    assert_eq!(other.conns.load(Ordering::SeqCst), 1);
+    assert!(other.got.recv().await.is_some());
+    assert_eq!(s.idle_connections(), 2);
+}
+
+#[tokio::test]
+async fn a_connection_closed_by_the_receiver_is_replaced_within_the_attempt() {
+    // Closes the first connection on its second request, unanswered: the attempt goes on over
+    // a new connection and succeeds, and the receiver saw the event twice (it drops repeats).
+    let mut r = receiver(Reply::KeepAlive { drop_after: Some(2) }).await;
+    let s = sender();
+    let url = format!("http://{}/hook", r.addr);
+    assert!(send_to(&s, &url).await.ok());
+    let a = send_to(&s, &url).await;
+    assert!(a.ok(), "{a:?}");
+    assert_eq!(r.conns.load(Ordering::SeqCst), 2);
+    for _ in 0..3 {
+        assert_eq!(r.got.recv().await.unwrap().body, BODY);
+    }
+    // A receiver closing after every answer: each attempt still succeeds at once.
+    let mut once = receiver(raw("200 OK", "")).await;
+    let url = format!("http://{}/hook", once.addr);
+    for _ in 0..3 {
+        let a = send_to(&s, &url).await;
+        assert!(a.ok(), "{a:?}");
+        assert!(once.got.recv().await.is_some());
+    }
+    assert_eq!(once.conns.load(Ordering::SeqCst), 3);
 }
 
 #[tokio::test]
@@ -263,6 +332,8 @@ async fn a_huge_answer_is_read_only_up_to_64_kb() {
     let a = send_to(&s, &format!("http://{}/", r.addr)).await;
     assert!(t.elapsed() >= Duration::from_millis(2950), "{:?}", t.elapsed());
     assert!(a.ok(), "{a:?}");
+    // An answer not read to its end leaves its connection unusable: none is kept.
+    assert_eq!(s.idle_connections(), 0);
 }
 
 #[tokio::test]
