@@ -4,15 +4,23 @@
 # servers are not pinned). The baseline is taken before and after and averaged; each run also
 # gives the server's CPU time per request. Loopback only;
 # every run is bounded in time. Usage: scripts/bench/read_bench.sh [seconds=5] [rounds=3]
-# Env: SERVER_CPU (core both servers are pinned to; default empty = not pinned). The last
-# column, like_pfm, is bare hyper answering pfm's very bytes (`bare_hyper <port> like-pfm`): the
-# cost of pfm's answer to the client without pfm's work.
+# Env: SERVER_CPU (core both servers are pinned to; default empty = not pinned), PFM_BIN
+# (default: a release build). The last column, like_pfm, is bare hyper answering pfm's very bytes
+# (`bare_hyper <port> like-pfm`): the cost of pfm's answer to the client without pfm's work.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR=${1:-5}
 ROUNDS=${2:-3}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
-cargo build --release --bin pfm --example bare_hyper >/dev/null
+# The baseline is an example, built apart (target/examples): an example turns on the tests'
+# feature (test-hooks) for every target built with it, and the measured pfm must be the release
+# binary as shipped.
+if [ -z "${PFM_BIN:-}" ]; then
+  cargo build --release --bin pfm >/dev/null
+  PFM_BIN=./target/release/pfm
+fi
+CARGO_TARGET_DIR=target/examples cargo build --release --example bare_hyper >/dev/null
+BARE_BIN=./target/examples/release/examples/bare_hyper
 mkdir -p target/bench-tmp
 W=$(mktemp -d -p target/bench-tmp read.XXXXXX)
 SECRET=read-bench-secret-read-bench-secret-00
@@ -20,9 +28,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 BP=$(free_port); PP=$(free_port); LP=$(free_port)
 pin=()
 [ -n "${SERVER_CPU:-}" ] && pin=(taskset -c "$SERVER_CPU")
-"${pin[@]}" ./target/release/examples/bare_hyper "$BP" & BARE=$!
-"${pin[@]}" ./target/release/examples/bare_hyper "$LP" like-pfm & LIKE=$!
-JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "${pin[@]}" ./target/release/pfm --port "$PP" --data-dir "$W/d" >/dev/null 2>&1 & PFM=$!
+"${pin[@]}" "$BARE_BIN" "$BP" & BARE=$!
+"${pin[@]}" "$BARE_BIN" "$LP" like-pfm & LIKE=$!
+JWT_SECRET=$SECRET MAX_REQUESTS=1000000000 RUST_LOG=warn "${pin[@]}" "$PFM_BIN" --port "$PP" --data-dir "$W/d" >/dev/null 2>&1 & PFM=$!
 trap 'kill $BARE $LIKE $PFM 2>/dev/null; wait $BARE $LIKE $PFM 2>/dev/null; rm -rf "$W"' EXIT
 for port in "$BP" "$PP" "$LP"; do
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/__ping__" && break; sleep 0.1; done
