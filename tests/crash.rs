@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::cents;
 use common::proc::{self, NoStart, Proc};
 use serde_json::{json, Map, Value};
 
@@ -101,20 +102,6 @@ fn write_ok(addr: SocketAddr, tok: &str, path: &str, body: Value) -> Value {
     match call(addr, "POST", path, tok, Some(&body)) {
         Ok((200, v)) => v,
         other => panic!("POST {path} {body}: {other:?}"),
-    }
-}
-
-/// Exact cents of a JSON money number (plain decimal text, at most 2 decimals).
-fn cents(v: &Value) -> i64 {
-    let t = v.to_string();
-    let (neg, t) = t.strip_prefix('-').map_or((false, t.as_str()), |r| (true, r));
-    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
-    assert!(frac.len() <= 2 && !int.is_empty(), "not money: {v}");
-    let c = int.parse::<i64>().expect("money") * 100 + format!("{frac:0<2}").parse::<i64>().expect("money");
-    if neg {
-        -c
-    } else {
-        c
     }
 }
 

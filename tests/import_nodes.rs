@@ -13,7 +13,7 @@ use std::sync::Barrier;
 use std::time::Instant;
 
 use common::proc::{self, Proc as Node};
-use common::Resp;
+use common::{cents, Resp};
 use pfm::domain::dates::{days_from_civil, fmt_day};
 use serde_json::{json, Value};
 
@@ -194,23 +194,6 @@ fn all_duplicates(r: &Resp, st: &Statement) {
 
 fn summary(r: &Resp) -> String {
     r.json["summary"].to_string()
-}
-
-/// Cents of a JSON money number (`1444.81`, `12`, `0.5`).
-fn cents(v: &Value) -> i64 {
-    let t = v.to_string();
-    let (neg, t) = match t.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, t.as_str()),
-    };
-    let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
-    assert!(frac.len() <= 2, "not cents: {v}");
-    let c = whole.parse::<i64>().expect("whole") * 100 + format!("{frac:0<2}").parse::<i64>().expect("cents");
-    if neg {
-        -c
-    } else {
-        c
-    }
 }
 
 /// The main account's balance in cents, and the import ids in its log in log order.

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::proc::{self, Clock, Proc as Node};
-use common::T0;
+use common::{cents, T0};
 use pfm::domain::dates::{day_of, fmt_day};
 use serde_json::{json, Value};
 
@@ -33,44 +33,9 @@ fn node(db: &str, clock: &Clock) -> Node {
     )
 }
 
-#[track_caller]
-fn call(n: &Node, method: &str, path: &str, tok: &str, body: Value) -> Value {
-    let (st, v) = proc::request(n.addr, method, path, Some(tok), body);
-    assert_eq!(st, 200, "{method} {path} on {}: {v}", n.addr);
-    v
-}
-
-/// A counter of the node's /metrics.
-fn metric(n: &Node, name: &str) -> u64 {
-    let r = proc::send(n.addr, "GET", "/metrics", None, &[], "").expect("GET /metrics");
-    r.text
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Whole passes of the node's poster so far.
-fn passes(n: &Node) -> u64 {
-    metric(n, "pfm_schedule_passes_total")
-}
-
 /// Occurrences the node's poster has posted since it started.
 fn postings(n: &Node) -> u64 {
-    metric(n, "pfm_scheduled_postings_total")
-}
-
-/// Waits until every node has made `k` more passes than when called: a pass that began after
-/// this call has seen whatever was due by then.
-fn more_passes(nodes: &[&Node], k: u64) {
-    let from: Vec<u64> = nodes.iter().map(|n| passes(n)).collect();
-    let end = Instant::now() + Duration::from_secs(120);
-    for (n, f) in nodes.iter().zip(from) {
-        while passes(n) < f + k {
-            assert!(Instant::now() < end, "{}: no {k} passes of the poster in 120 s", n.addr);
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
+    n.metric("pfm_scheduled_postings_total")
 }
 
 /// One user of the test: a main account splitting half and half into Pay and Save, and four
@@ -107,8 +72,7 @@ fn user(nodes: [&Node; 2], name: &str, i: i64) -> User {
     let main = v["uuid"].as_str().expect("uuid").to_string();
     let tok = proc::login(n(1).addr, name, "secret123");
     let child = |k: usize, name: &str| {
-        let v = call(
-            n(k),
+        let v = n(k).call(
             "POST",
             "/add_sub_account",
             &tok,
@@ -128,7 +92,7 @@ fn user(nodes: [&Node; 2], name: &str, i: i64) -> User {
     ];
     for (k, mut s) in schedules.into_iter().enumerate() {
         s["start"] = json!(START);
-        let v = call(n(k), "POST", "/create_schedule", &u.tok, s);
+        let v = n(k).call("POST", "/create_schedule", &u.tok, s);
         assert_eq!(v["schedule"]["id"], json!(k + 1), "{v}");
     }
     u
@@ -141,26 +105,10 @@ fn counts(today: i64) -> [(u64, i64); 4] {
     [(SALARY, by(1)), (COFFEE, by(1)), (RENT, by(3)), (SWEEP, by(7))]
 }
 
-/// Cents of a JSON money number.
-fn cents(v: &Value) -> i64 {
-    let t = v.to_string();
-    let (neg, t) = match t.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, t.as_str()),
-    };
-    let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
-    let c = whole.parse::<i64>().expect("whole") * 100 + format!("{frac:0<2}").parse::<i64>().expect("cents");
-    if neg {
-        -c
-    } else {
-        c
-    }
-}
-
 /// The account's balance and the `sch:` transaction ids of its log, in log order.
 fn account(n: &Node, tok: &str, uuid: &str) -> (i64, Vec<String>) {
-    let b = call(n, "GET", &format!("/get_balance?uuid={uuid}"), tok, Value::Null);
-    let t = call(n, "GET", &format!("/get_transactions?uuid={uuid}"), tok, Value::Null);
+    let b = n.call("GET", &format!("/get_balance?uuid={uuid}"), tok, Value::Null);
+    let t = n.call("GET", &format!("/get_transactions?uuid={uuid}"), tok, Value::Null);
     let ids = t["transactions"]
         .as_array()
         .expect("transactions")
@@ -206,7 +154,7 @@ fn shown(n: &Node, u: &User) -> Vec<(i64, BTreeSet<String>)> {
 
 /// /upcoming's occurrences up to `today` that are not posted.
 fn open_until(n: &Node, u: &User, today: i64) -> Vec<Value> {
-    let v = call(n, "GET", "/upcoming?days=1", &u.tok, Value::Null);
+    let v = n.call("GET", "/upcoming?days=1", &u.tok, Value::Null);
     assert_eq!(v["today"], fmt_day(today), "the node does not read the test's clock: {v}");
     v["occurrences"]
         .as_array()
@@ -230,10 +178,10 @@ fn moved_and_posted(nodes: &[&Node], clock: &Clock, users: &[User], secs: i64) {
         let n = nodes[i % nodes.len()];
         while shown(n, u) != expected(u, today) {
             assert!(Instant::now() < end, "user {i}: {:?} after 180 s", open_until(n, u, today));
-            more_passes(nodes, 1);
+            proc::more_passes(nodes, 1, Duration::from_secs(120));
         }
     }
-    more_passes(nodes, 2);
+    proc::more_passes(nodes, 2, Duration::from_secs(120));
     for (i, u) in users.iter().enumerate() {
         for n in nodes {
             assert_eq!(shown(n, u), expected(u, today), "user {i} on {} on {}", n.addr, fmt_day(today));
@@ -258,7 +206,7 @@ fn two_nodes_catching_up_at_the_same_moment_post_every_occurrence_exactly_once()
     let (a, b) = (node(&db, &clock), node(&db, &clock));
     let users = users([&a, &b], "twin_post", 6);
     // Nothing is due yet: the schedules start tomorrow.
-    more_passes(&[&a, &b], 2);
+    proc::more_passes(&[&a, &b], 2, Duration::from_secs(120));
     for u in &users {
         assert_eq!(shown(&a, u), expected(u, day_of(T0)));
         assert_eq!(open_until(&b, u, day_of(T0)), Vec::<Value>::new());
@@ -301,7 +249,7 @@ fn a_node_killed_in_the_middle_of_its_catch_up_and_restarted_posts_nothing_twice
         let (victim, other) = (round % 2, (round + 1) % 2);
         let end = Instant::now() + Duration::from_secs(120);
         let main_balance = |u: &User| {
-            let b = call(&nodes[other], "GET", &format!("/get_balance?uuid={}", u.main), &u.tok, Value::Null);
+            let b = nodes[other].call("GET", &format!("/get_balance?uuid={}", u.main), &u.tok, Value::Null);
             cents(&b["balance"])
         };
         let mut started;

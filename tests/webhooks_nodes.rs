@@ -153,42 +153,12 @@ fn serve(mut c: TcpStream, inbox: Arc<Mutex<Inbox>>) {
 
 // ------------------------------------------------------------------------------------- nodes
 
-#[track_caller]
-fn call(n: &Node, method: &str, path: &str, tok: &str, body: Value) -> Value {
-    let (st, v) = proc::request(n.addr, method, path, Some(tok), body);
-    assert_eq!(st, 200, "{method} {path} on {}: {v}", n.addr);
-    v
-}
-
-/// A counter of the node's /metrics (`name` with its labels).
-fn metric(n: &Node, name: &str) -> u64 {
-    let r = proc::send(n.addr, "GET", "/metrics", None, &[], "").expect("GET /metrics");
-    r.text
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// Attempts the node's waker made that the receiver took, and that failed.
 fn attempts(n: &Node) -> (u64, u64) {
     (
-        metric(n, r#"pfm_webhook_attempts_total{outcome="delivered"}"#),
-        metric(n, r#"pfm_webhook_attempts_total{outcome="failed"}"#),
+        n.metric(r#"pfm_webhook_attempts_total{outcome="delivered"}"#),
+        n.metric(r#"pfm_webhook_attempts_total{outcome="failed"}"#),
     )
-}
-
-/// Waits until every node has made `k` more passes of its waker than when called.
-fn more_passes(nodes: &[&Node], k: u64) {
-    let passes = |n: &Node| metric(n, "pfm_schedule_passes_total");
-    let from: Vec<u64> = nodes.iter().map(|n| passes(n)).collect();
-    let end = Instant::now() + Duration::from_secs(60);
-    for (n, f) in nodes.iter().zip(from) {
-        while passes(n) < f + k {
-            assert!(Instant::now() < end, "{}: no {k} passes of the waker in 60 s", n.addr);
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
 }
 
 /// A user with a webhook to the receiver for `transaction.recorded`.
@@ -214,8 +184,7 @@ fn users(nodes: [&Node; 2], rx: &Receiver, prefix: &str, k: usize) -> Vec<User> 
             let main = v["uuid"].as_str().expect("uuid").to_string();
             let other = nodes[(i + 1) % 2];
             let tok = proc::login(other.addr, &format!("{prefix}{i}"), "secret123");
-            let v = call(
-                other,
+            let v = other.call(
                 "POST",
                 "/create_webhook",
                 &tok,
@@ -288,7 +257,7 @@ fn well_formed(got: &[Got], sent: &BTreeSet<String>) {
 /// acknowledged deposit of the user (the refused ones may have been made, too).
 fn logs_delivered(n: &Node, users: &[User], acked: &BTreeSet<String>, refused: &BTreeSet<String>) {
     for (u, user) in users.iter().enumerate() {
-        let v = call(n, "GET", &format!("/webhook_deliveries?id={}", user.hook), &user.tok, Value::Null);
+        let v = n.call("GET", &format!("/webhook_deliveries?id={}", user.hook), &user.tok, Value::Null);
         let log = v["deliveries"].as_array().expect("deliveries");
         assert!(log.iter().all(|d| d["state"] == "delivered"), "user {u}: {log:?}");
         assert_eq!(v["webhook"]["waiting"], json!(0), "user {u}: {}", v["webhook"]);
@@ -317,7 +286,7 @@ fn two_nodes_deliver_each_event_of_concurrent_writes_once() {
 
     rx.until_all(&acked, true, Duration::from_secs(60));
     // Anything sent twice would be on its way by now: both wakers have passed over every user.
-    more_passes(&[&a, &b], 3);
+    proc::more_passes(&[&a, &b], 3, Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(200));
     let got = rx.got();
     well_formed(&got, &acked);
@@ -386,7 +355,7 @@ fn a_node_killed_while_its_sends_hang_loses_none_of_them() {
     // Node b's own sends time out and wait their backoff; node a's stay leased to a: with the
     // clock still, nothing is sent again.
     std::thread::sleep(ATTEMPT + Duration::from_secs(2));
-    more_passes(&[&b], 3);
+    proc::more_passes(&[&b], 3, Duration::from_secs(60));
     assert_eq!(rx.got().len(), before.len() + in_flight, "nothing sent again while the leases hold");
     let (delivered, b_failed) = attempts(&b);
     assert_eq!(delivered, delivered_by_b);
@@ -399,7 +368,7 @@ fn a_node_killed_while_its_sends_hang_loses_none_of_them() {
     clock.set(T0 + LEASE_SECS + 10 * 60);
     let all: BTreeSet<String> = before.union(&hung).cloned().collect();
     rx.until_all(&all, true, Duration::from_secs(60));
-    more_passes(&[&b], 3);
+    proc::more_passes(&[&b], 3, Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(200));
     let got = rx.got();
     well_formed(&got, &all);

@@ -255,6 +255,20 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 }
 
 /// JSON number text of a value.
+/// Exact cents of a JSON money number (plain decimal text, at most 2 decimals).
+pub fn cents(v: &Value) -> i64 {
+    let t = v.to_string();
+    let (neg, t) = t.strip_prefix('-').map_or((false, t.as_str()), |r| (true, r));
+    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+    assert!(frac.len() <= 2 && !int.is_empty(), "not money: {v}");
+    let c = int.parse::<i64>().expect("money") * 100 + format!("{frac:0<2}").parse::<i64>().expect("money");
+    if neg {
+        -c
+    } else {
+        c
+    }
+}
+
 pub fn num(v: &Value) -> String {
     v.to_string()
 }

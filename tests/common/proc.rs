@@ -163,6 +163,43 @@ impl Proc {
     pub fn lines(&self) -> Vec<String> {
         self.lines.lock().expect("lines").iter().collect()
     }
+
+    /// `method path` as `tok`, which must answer 200: its JSON.
+    #[track_caller]
+    pub fn call(&self, method: &str, path: &str, tok: &str, body: serde_json::Value) -> serde_json::Value {
+        let (st, v) = request(self.addr, method, path, Some(tok), body);
+        assert_eq!(st, 200, "{method} {path} on {}: {v}", self.addr);
+        v
+    }
+
+    /// A counter of the node's /metrics (`name` with its labels; 0 while it has none).
+    pub fn metric(&self, name: &str) -> u64 {
+        let r = send(self.addr, "GET", "/metrics", None, &[], "").expect("GET /metrics");
+        r.text
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Whole passes of the node's waker (schedules, webhook deliveries) so far.
+    pub fn passes(&self) -> u64 {
+        self.metric("pfm_schedule_passes_total")
+    }
+}
+
+/// Waits until every node has made `k` more passes of its waker than when called: a pass that
+/// began after this call has seen whatever was due by then. Fails after `limit`.
+#[track_caller]
+pub fn more_passes(nodes: &[&Proc], k: u64, limit: Duration) {
+    let from: Vec<u64> = nodes.iter().map(|n| n.passes()).collect();
+    let end = Instant::now() + limit;
+    for (n, f) in nodes.iter().zip(from) {
+        while n.passes() < f + k {
+            assert!(Instant::now() < end, "{}: no {k} passes of the waker in {limit:?}", n.addr);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 impl Drop for Proc {
