@@ -83,6 +83,7 @@ impl App {
                 let opts = JournalOptions {
                     checkpoint_every: std::time::Duration::from_millis(cfg.checkpoint_interval_ms),
                     segment_bytes: cfg.journal_segment_bytes,
+                    sled_cache: Some(crate::config::sled_cache_bytes(cfg.cache_mb)),
                 };
                 let j = Arc::new(JournalStore::open_with(&cfg.data_dir, opts)?);
                 (j.clone(), Some(j), None)
@@ -99,7 +100,7 @@ impl App {
             _ => stored_secret(&cfg.data_dir)?,
         };
         Ok(Arc::new(App {
-            users: Users::new(store),
+            users: Users::with_budget(store, crate::config::user_cache_bytes(cfg.cache_mb)),
             journal,
             jwt: Jwt::with_cache(secret.as_bytes(), cfg.max_tracked_keys),
             passwords: Passwords::default(),

@@ -103,8 +103,31 @@ pub struct Config {
     /// an operator's allow-list, checked before any other
     #[arg(long = "webhooks-allowed-hosts", env = "WEBHOOKS_ALLOWED_HOSTS")]
     pub webhooks_allowed_hosts: Option<String>,
+    /// Memory for caches, MiB: a quarter for the users held in memory (idle ones are dropped
+    /// past it and loaded again on their next request), the rest for the embedded engine's page
+    /// cache (sled's)
+    #[arg(long = "cache-mb", env = "CACHE_MB", default_value_t = DEFAULT_CACHE_MB,
+          value_parser = clap::value_parser!(u64).range(1..=(1 << 22)))]
+    pub cache_mb: u64,
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// The default `--cache-mb`: 256 MiB of users (about 100,000 of a few accounts, what the
+/// cache held before it had a budget) and 768 MiB for sled, near sled's own default of 1 GiB
+/// with which the write benchmarks were measured (a 128 MiB one cost more CPU per deposit,
+/// docs/storage.md, "Tried and not kept").
+pub const DEFAULT_CACHE_MB: u64 = 1024;
+
+/// The user cache's share of `cache_mb`, in bytes.
+pub fn user_cache_bytes(cache_mb: u64) -> usize {
+    usize::try_from(cache_mb.saturating_mul(1 << 20) / 4).unwrap_or(usize::MAX)
+}
+
+/// sled's share of `cache_mb`, in bytes.
+pub fn sled_cache_bytes(cache_mb: u64) -> u64 {
+    let all = cache_mb.saturating_mul(1 << 20);
+    all - all / 4
 }
 
 /// How answers are rendered.
@@ -157,6 +180,7 @@ impl Config {
             worker_threads: 0,
             journal_segment_bytes: crate::store::journal::SEGMENT_BYTES,
             stream_min_records: 4096,
+            cache_mb: DEFAULT_CACHE_MB,
             command: None,
         }
     }
@@ -185,5 +209,18 @@ mod tests {
         assert_eq!(super::worker_threads(0, 2), 1);
         assert_eq!(super::worker_threads(0, 8), 7);
         assert_eq!(super::worker_threads(1, 2), 1);
+    }
+
+    #[test]
+    fn the_cache_budget_is_split_between_users_and_sled_and_never_zero() {
+        use clap::Parser;
+        for mb in [1, 7, 1024, 1 << 22] {
+            let all = mb << 20;
+            assert_eq!(super::user_cache_bytes(mb) as u64 + super::sled_cache_bytes(mb), all);
+            assert_eq!(super::user_cache_bytes(mb) as u64, all / 4);
+        }
+        assert_eq!(super::Config::parse_from(["pfm"]).cache_mb, 1024);
+        assert_eq!(super::Config::parse_from(["pfm", "--cache-mb", "64"]).cache_mb, 64);
+        assert!(super::Config::try_parse_from(["pfm", "--cache-mb", "0"]).is_err());
     }
 }

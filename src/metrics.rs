@@ -32,6 +32,7 @@ struct Metrics {
     cache_hits: IntCounter,
     cache_misses: IntCounter,
     cache_users: IntGauge,
+    cache_bytes: IntGauge,
     rate_limited: IntCounterVec,
     auth_failures: IntCounterVec,
     imported_lines: IntCounterVec,
@@ -79,6 +80,9 @@ fn build() -> Metrics {
     let cache_misses =
         IntCounter::new("user_cache_misses_total", "User state loaded from storage").expect(FIXED);
     let cache_users = IntGauge::new("user_cache_resident_users", "Users held in the cache").expect(FIXED);
+    let cache_bytes =
+        IntGauge::new("user_cache_bytes", "Bytes the cached users are counted for (an estimate)")
+            .expect(FIXED);
     let rate_limited = IntCounterVec::new(
         Opts::new("rate_limit_rejections_total", "Requests refused by a rate limiter (429)"),
         &["limiter"],
@@ -105,7 +109,7 @@ fn build() -> Metrics {
         &["outcome"],
     )
     .expect(FIXED);
-    let all: [Box<dyn prometheus::core::Collector>; 15] = [
+    let all: [Box<dyn prometheus::core::Collector>; 16] = [
         Box::new(webhook_attempts.clone()),
         Box::new(poster_passes.clone()),
         Box::new(scheduled_postings.clone()),
@@ -118,6 +122,7 @@ fn build() -> Metrics {
         Box::new(cache_hits.clone()),
         Box::new(cache_misses.clone()),
         Box::new(cache_users.clone()),
+        Box::new(cache_bytes.clone()),
         Box::new(rate_limited.clone()),
         Box::new(auth_failures.clone()),
         Box::new(imported_lines.clone()),
@@ -136,6 +141,7 @@ fn build() -> Metrics {
         cache_hits,
         cache_misses,
         cache_users,
+        cache_bytes,
         rate_limited,
         auth_failures,
         imported_lines,
@@ -265,8 +271,9 @@ pub fn poster_pass(posted: u64) {
 
 /// The text exposition format of every metric; `resident_users` is sampled now (cheaper than
 /// tracking every cache insert and eviction).
-pub fn render(resident_users: usize) -> String {
+pub fn render(resident_users: usize, resident_bytes: usize) -> String {
     M.cache_users.set(i64::try_from(resident_users).unwrap_or(i64::MAX));
+    M.cache_bytes.set(i64::try_from(resident_bytes).unwrap_or(i64::MAX));
     let mut out = Vec::with_capacity(16 * 1024);
     if let Err(e) = TextEncoder::new().encode(&M.registry.gather(), &mut out) {
         tracing::error!(error = %e, "metrics encoding failed");

@@ -161,6 +161,20 @@ impl PartialEq for DayLedger {
 impl Eq for DayLedger {}
 
 impl DayLedger {
+    /// Bytes of heap the history holds, as the allocator is asked for them (the user cache's
+    /// budget, `store::cost`): one pass over the buckets, not over the days.
+    pub fn heap_bytes(&self) -> usize {
+        self.p.hist().map_or(0, |h| {
+            size_of::<Hist>()
+                + h.buckets.capacity() * size_of::<(i64, Arc<Bucket>)>()
+                + h.spans.capacity() * size_of::<(i64, DaySums)>()
+                + h.buckets
+                    .iter()
+                    .map(|(_, b)| 16 + size_of::<Bucket>() + b.days.capacity() * size_of::<(i64, Day)>())
+                    .sum::<usize>()
+        })
+    }
+
     /// Adds `delta` to `day`; returns the day's new sums (the row storage keeps).
     pub fn add(&mut self, day: i64, delta: &DaySums) -> DaySums {
         self.p.row_mut(day, DaySums::default(), |h, d, s| h.add(d, &s)).add(delta);
@@ -330,6 +344,18 @@ impl PartialEq for TrackLog {
 impl Eq for TrackLog {}
 
 impl TrackLog {
+    /// Bytes of heap the tracker rows hold (see [`DayLedger::heap_bytes`]).
+    pub fn heap_bytes(&self) -> usize {
+        self.p.hist().map_or(0, |h| {
+            size_of::<TrackHist>()
+                + h.buckets.capacity() * size_of::<(i64, Arc<TrackBucket>)>()
+                + h.buckets
+                    .iter()
+                    .map(|(_, b)| 16 + size_of::<TrackBucket>() + b.capacity() * size_of::<(i64, TrackRow)>())
+                    .sum::<usize>()
+        })
+    }
+
     pub fn insert(&mut self, day: i64, row: TrackRow) {
         *self.p.row_mut(day, row, |h, d, r| h.insert(d, r)) = row;
     }

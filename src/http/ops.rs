@@ -35,7 +35,7 @@ pub fn metrics(app: &App) -> Reply {
     if !app.cfg.metrics_enabled {
         return Reply::bare(404, "404 - Resource Not Found");
     }
-    Reply::json(200, crate::metrics::render(app.users.cached()))
+    Reply::json(200, crate::metrics::render(app.users.cached(), app.users.cached_bytes()))
         .header(CONTENT_TYPE, HeaderValue::from_static(crate::metrics::CONTENT_TYPE))
 }
 

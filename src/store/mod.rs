@@ -5,6 +5,8 @@
 
 mod bin;
 mod codec;
+pub mod cost;
+mod idem_keys;
 pub mod journal;
 pub mod migrate;
 pub mod overlay;

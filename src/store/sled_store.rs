@@ -97,11 +97,21 @@ impl SledStore {
     /// Opens (or creates) the database under `dir`, migrating an older format in place and
     /// refusing a newer one.
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        SledStore::open_with_cache(dir, None)
+    }
+
+    /// [`SledStore::open`] with a page cache of `cache` bytes (`None`: sled's default, 1 GiB).
+    pub fn open_with_cache(dir: &Path, cache: Option<u64>) -> Result<SledStore, StoreError> {
         let path = dir.join("db");
         // sled 0.34 may panic on a damaged file instead of answering an error; either way the
         // message names the files, so an operator knows what to restore.
         let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            sled::Config::new()
+            let config = sled::Config::new();
+            let config = match cache {
+                Some(bytes) => config.cache_capacity(bytes),
+                None => config,
+            };
+            config
                 .path(&path)
                 // The journal is the durability point: sled is flushed at checkpoints only,
                 // not every 500 ms on its own.

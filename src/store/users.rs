@@ -18,31 +18,25 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
 use crate::domain::engine::{Change, TxRecord};
-use crate::domain::tree::{AccountId, Tree};
+use crate::domain::tree::{AccountId, Text, Tree};
 
+use super::idem_keys::idem_write;
 use super::{
-    BoxFuture, IdemRecord, IdemWrite, Loaded, Op, SharedStore, Store, StoreError, SyncRow, UserRecord,
-    Version, WriteTxn,
+    BoxFuture, IdemRecord, Loaded, Op, SharedStore, Store, StoreError, SyncRow, UserRecord, Version, WriteTxn,
 };
 
 /// Per-user lock wait limit (13.2 item 7).
 pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 const SHARDS: usize = 64;
-/// Cached users per shard before idle ones are dropped (about 130k users in all); a dropped
-/// user is simply loaded again from storage on its next request.
-const SLOTS_PER_SHARD: usize = 2048;
 
-/// Idempotency keys are kept this long (docs/api.md, idempotency keys)...
-pub const IDEM_TTL_US: i64 = 24 * 3600 * 1_000_000;
-/// ...and at most this many per user (the oldest is dropped first).
-pub const IDEM_MAX: usize = 1000;
+pub use super::idem_keys::{IdemTable, IDEM_MAX, IDEM_TTL_US};
 
 /// A user's record and tree, as loaded or as produced by a write.
 #[derive(Debug, Clone)]
@@ -57,7 +51,9 @@ pub struct UserState {
     /// Delta-sync `server_knowledge`: raised by every committed data write.
     pub knowledge: u64,
     /// Kept idempotency keys, loaded with the user so a check reads no storage.
-    pub idem: Arc<HashMap<String, IdemRecord>>,
+    pub idem: IdemTable,
+    /// What this state costs the cache, estimated ([`super::cost`]).
+    pub bytes: usize,
 }
 
 /// The outcome of checking an `Idempotency-Key` before running a request.
@@ -84,31 +80,6 @@ impl Drop for IdemRun {
     }
 }
 
-/// The key rows to write with `rec` given the kept `table` at `now_us`: expired keys are
-/// dropped, then the oldest while the user is at the bound. Returns the new table too.
-fn idem_write(
-    table: &HashMap<String, IdemRecord>,
-    rec: IdemRecord,
-) -> (IdemWrite, HashMap<String, IdemRecord>) {
-    let mut t = table.clone();
-    let mut remove: Vec<String> =
-        t.values().filter(|r| rec.created_us - r.created_us >= IDEM_TTL_US).map(|r| r.key.clone()).collect();
-    for k in &remove {
-        t.remove(k);
-    }
-    t.remove(&rec.key);
-    while t.len() >= IDEM_MAX {
-        let Some(oldest) = t.values().min_by_key(|r| (r.created_us, r.key.clone())).map(|r| r.key.clone())
-        else {
-            break;
-        };
-        t.remove(&oldest);
-        remove.push(oldest);
-    }
-    t.insert(rec.key.clone(), rec.clone());
-    (IdemWrite { put: Some(rec), remove }, t)
-}
-
 /// `None`: not known; `Some(None)`: known to have no tree.
 type Known = Option<Option<Arc<UserState>>>;
 
@@ -131,6 +102,32 @@ struct Slot {
     /// Commits queued and not yet answered; `idle` wakes writers waiting for none.
     in_flight: AtomicUsize,
     idle: tokio::sync::Notify,
+    /// Bytes this slot is counted for in its shard's `bytes` (itself and its durable state),
+    /// changed only under the `state` lock.
+    cost: AtomicUsize,
+    /// The shard's count of bytes ([`Shard::bytes`]).
+    shard_bytes: Arc<AtomicUsize>,
+    /// Looked up since the last sweep of its shard: spared once (second chance).
+    used: AtomicBool,
+    /// The slot's own bytes: itself, its lock, its key and its place in the shard's map.
+    own: usize,
+}
+
+impl Slot {
+    /// Counts the slot with `state`, the value its `state` lock (held) now guards.
+    fn charge(&self, state: &Known) {
+        let bytes = self.own
+            + match state {
+                Some(Some(s)) => s.bytes,
+                _ => 0,
+            };
+        let old = self.cost.swap(bytes, Ordering::Relaxed);
+        if bytes >= old {
+            self.shard_bytes.fetch_add(bytes - old, Ordering::Relaxed);
+        } else {
+            self.shard_bytes.fetch_sub(old - bytes, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Counts a request among its user's `idem_waiting` until dropped (also on cancellation).
@@ -153,13 +150,20 @@ impl Drop for IdemWaiting<'_> {
 /// the default SipHash on short ids, and still seeded per process.
 type SlotHasher = foldhash::quality::RandomState;
 
+/// One 64th of the cache: its users by id, and the bytes they are counted for.
+struct Shard {
+    map: Mutex<HashMap<Text, Arc<Slot>, SlotHasher>>,
+    bytes: Arc<AtomicUsize>,
+}
+
 pub struct Users {
     pub store: Arc<dyn Store>,
-    shards: Vec<Mutex<HashMap<String, Arc<Slot>, SlotHasher>>>,
+    shards: Vec<Shard>,
     /// Picks a user's shard; seeded per process like the maps, so no client can aim its user
     /// ids at one shard.
     shard_of: SlotHasher,
-    slots_per_shard: usize,
+    /// Bytes a shard may hold before idle users are dropped from it (a 64th of the budget).
+    shard_budget: usize,
     /// Per-user lock wait in milliseconds ([`LOCK_WAIT`] unless a test shortens it).
     lock_wait_ms: AtomicU64,
     next_basis: AtomicU64,
@@ -188,17 +192,50 @@ fn fresh(cached: &Known, stored: Option<Version>) -> bool {
     }
 }
 
+/// An `Arc`'s two counts, as [`super::cost`] counts them.
+const ARC_BYTES: usize = 16;
+
+/// Drops idle users from a shard over its budget until it holds `low` bytes at most: users not
+/// looked up since the last sweep first, then any idle one. A slot held only by the map has no
+/// reader or writer (taking one needs the shard's lock), so dropping it loses nothing but the
+/// cached state: the user's next request loads it again from storage. Sweeping down to a
+/// fraction of the budget spaces sweeps out, so their cost is spread over many lookups.
+fn sweep(map: &mut HashMap<Text, Arc<Slot>, SlotHasher>, bytes: &AtomicUsize, low: usize) {
+    for spare_used in [true, false] {
+        map.retain(|_, slot| {
+            if bytes.load(Ordering::Relaxed) <= low || Arc::strong_count(slot) > 1 {
+                return true;
+            }
+            if spare_used && slot.used.swap(false, Ordering::Relaxed) {
+                return true;
+            }
+            bytes.fetch_sub(slot.cost.load(Ordering::Relaxed), Ordering::Relaxed);
+            false
+        });
+        if bytes.load(Ordering::Relaxed) <= low {
+            break;
+        }
+    }
+    if map.capacity() > 4 * map.len() + 64 {
+        map.shrink_to_fit();
+    }
+}
+
 impl Users {
     pub fn new(store: Arc<dyn Store>) -> Users {
-        Users::with_slots_per_shard(store, SLOTS_PER_SHARD)
+        Users::with_budget(store, crate::config::user_cache_bytes(crate::config::DEFAULT_CACHE_MB))
     }
 
-    pub fn with_slots_per_shard(store: Arc<dyn Store>, slots_per_shard: usize) -> Users {
+    /// A cache holding users of at most about `budget` bytes in all (see [`super::cost`]);
+    /// users in use stay whatever it says.
+    pub fn with_budget(store: Arc<dyn Store>, budget: usize) -> Users {
         Users {
             store,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Shard { map: Mutex::new(HashMap::default()), bytes: Arc::default() })
+                .collect(),
             shard_of: SlotHasher::default(),
-            slots_per_shard,
+            shard_budget: budget / SHARDS,
             lock_wait_ms: AtomicU64::new(LOCK_WAIT.as_millis() as u64),
             next_basis: AtomicU64::new(1),
             wake_hint: tokio::sync::Notify::new(),
@@ -213,23 +250,47 @@ impl Users {
 
     /// Users currently cached.
     pub fn cached(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.map.lock().len()).sum()
+    }
+
+    /// Bytes the cached users are counted for, estimated ([`super::cost`]).
+    pub fn cached_bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.bytes.load(Ordering::Relaxed)).sum()
     }
 
     fn slot(&self, user_id: &str) -> Arc<Slot> {
         let shard = &self.shards[(self.shard_of.hash_one(user_id) as usize) % SHARDS];
-        let mut map = shard.lock();
-        if let Some(s) = map.get(user_id) {
-            return s.clone();
+        let mut map = shard.map.lock();
+        let slot = match map.get(user_id) {
+            Some(s) => {
+                // Read first: a slot looked up again and again stays unwritten.
+                if !s.used.load(Ordering::Relaxed) {
+                    s.used.store(true, Ordering::Relaxed);
+                }
+                s.clone()
+            }
+            None => {
+                let key = Text::from(user_id);
+                let own = ARC_BYTES * 2
+                    + size_of::<Slot>()
+                    + size_of::<tokio::sync::Mutex<()>>()
+                    + (size_of::<(Text, Arc<Slot>)>() + 1) * 8 / 7
+                    + super::cost::text(&key);
+                shard.bytes.fetch_add(own, Ordering::Relaxed);
+                let s = Arc::new(Slot {
+                    own,
+                    cost: AtomicUsize::new(own),
+                    shard_bytes: shard.bytes.clone(),
+                    ..Slot::default()
+                });
+                map.insert(key, s.clone());
+                s
+            }
+        };
+        if shard.bytes.load(Ordering::Relaxed) > self.shard_budget {
+            sweep(&mut map, &shard.bytes, self.shard_budget / 8 * 7);
         }
-        if map.len() >= self.slots_per_shard {
-            // A slot held only by the map has no reader or writer (taking one needs this
-            // shard lock), so dropping it loses nothing but the cached state.
-            map.retain(|_, slot| Arc::strong_count(slot) > 1);
-        }
-        let s = Arc::new(Slot::default());
-        map.insert(user_id.to_string(), s.clone());
-        s
+        slot
     }
 
     async fn load(&self, user_id: &str) -> Result<Option<Arc<UserState>>, StoreError> {
@@ -260,8 +321,10 @@ impl Users {
             Some(t) => t.load_meta(user.user_no).await?,
             None => self.store.load_meta(user.user_no).await?,
         };
-        let idem = Arc::new(meta.idem.into_iter().map(|r| (r.key.clone(), r)).collect());
-        Ok(Some(Arc::new(UserState { user, tree, basis, version, knowledge: meta.knowledge, idem })))
+        let idem = IdemTable::from_records(meta.idem);
+        let mut st = UserState { user, tree, basis, version, knowledge: meta.knowledge, idem, bytes: 0 };
+        st.bytes = super::cost::state(&st);
+        Ok(Some(Arc::new(st)))
     }
 
     /// The latest committed state of `user_id` (`None`: no such user).
@@ -284,6 +347,7 @@ impl Users {
         let mut st = slot.state.write();
         if st.is_none() {
             *st = Some(s.clone());
+            slot.charge(&st);
         }
         Ok(s)
     }
@@ -329,6 +393,7 @@ impl Users {
         };
         if newer {
             *st = Some(s.clone());
+            slot.charge(&st);
         }
         Ok(s)
     }
@@ -471,7 +536,8 @@ impl Users {
         let Some(cur) = guard.current.clone() else { return Ok(()) };
         let (w, table) = idem_write(&cur.idem, rec);
         let change = Change { ledger: cur.tree.ledger.clone(), ..Change::default() };
-        let next = UserState { idem: Arc::new(table), ..(*cur).clone() };
+        let bytes = cur.bytes + super::cost::idem(&table) - super::cost::idem(&cur.idem);
+        let next = UserState { idem: table, bytes, ..(*cur).clone() };
         let op = Op::Commit { user: cur.user.clone(), change, sync: None, idem: Some(w) };
         guard.finish(Box::new(op), cur.basis, Some(Arc::new(next))).await
     }
@@ -503,7 +569,9 @@ impl Users {
             } else {
                 // Another node wrote since this node cached the user: reload under the lock.
                 let s = self.checked(user_id, txn.load_user(user_id).await?, Some(&*txn)).await?;
-                *slot.state.write() = Some(s.clone());
+                let mut st = slot.state.write();
+                *st = Some(s.clone());
+                slot.charge(&st);
                 s
             };
             return Ok(WriteGuard { users: self, slot, _lock: lock, current, held: Some(txn) });
@@ -531,7 +599,11 @@ impl Users {
                     Some(None) => None,
                     None => {
                         let s = self.load(user_id).await?;
-                        slot.state.write().get_or_insert_with(|| s.clone());
+                        let mut st = slot.state.write();
+                        if st.is_none() {
+                            *st = Some(s.clone());
+                            slot.charge(&st);
+                        }
                         s
                     }
                 };
@@ -564,15 +636,24 @@ impl WriteGuard<'_> {
         user.ledger = change.ledger.clone();
         let sync = SyncRow::of(cur.knowledge + 1, &change);
         let knowledge = sync.as_ref().map_or(cur.knowledge, |r| r.knowledge);
+        let mut bytes = super::cost::after(&cur, &change, &tree);
         let (idem, table) = match rec {
             Some(rec) => {
                 let (w, t) = idem_write(&cur.idem, rec);
-                (Some(w), Arc::new(t))
+                bytes = bytes + super::cost::idem(&t) - super::cost::idem(&cur.idem);
+                (Some(w), t)
             }
             None => (None, cur.idem.clone()),
         };
-        let next =
-            UserState { user: user.clone(), tree, basis: cur.basis, version: 0, knowledge, idem: table };
+        let next = UserState {
+            user: user.clone(),
+            tree,
+            basis: cur.basis,
+            version: 0,
+            knowledge,
+            idem: table,
+            bytes,
+        };
         self.finish(Box::new(Op::Commit { user, change, sync, idem }), cur.basis, Some(Arc::new(next)))
             .await?;
         if hint {
@@ -594,7 +675,16 @@ impl WriteGuard<'_> {
         // Registration is the user's first data write: knowledge 1.
         let sync = SyncRow::of(1, &change);
         let knowledge = sync.as_ref().map_or(0, |r| r.knowledge);
-        let next = UserState { user: user.clone(), tree, basis, version: 0, knowledge, idem: Arc::default() };
+        let mut next = UserState {
+            user: user.clone(),
+            tree,
+            basis,
+            version: 0,
+            knowledge,
+            idem: IdemTable::default(),
+            bytes: 0,
+        };
+        next.bytes = super::cost::state(&next);
         self.finish(Box::new(Op::Commit { user, change, sync, idem: None }), basis, Some(Arc::new(next)))
             .await
     }
@@ -771,6 +861,7 @@ fn settle(slot: &Slot, gen: u64, basis: u64, next: Option<Arc<UserState>>, res: 
                 }
             }
         }
+        slot.charge(&st);
         // Read under the state's locks: a request counted before its look either saw this
         // write's outcome or is counted here.
         slot.idem_waiting.load(Ordering::Relaxed) > 0
@@ -792,13 +883,13 @@ mod tests {
     fn idle_users_are_dropped_from_the_cache_and_reload() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(JournalStore::open(dir.path()).unwrap());
-        let users = Users::with_slots_per_shard(store, 1);
+        let users = Users::with_budget(store, 0);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             for i in 0..500 {
                 assert!(users.snapshot(&format!("user{i}")).await.unwrap().is_none());
             }
-            // One slot per shard at most stays cached.
+            // No budget: a user stays cached only until the next lookup in its shard.
             assert!(users.cached() <= SHARDS, "{}", users.cached());
             let held = users.lock("held").await.unwrap();
             for i in 0..500 {

@@ -140,7 +140,7 @@ pub(super) fn reopen(shared: &Shared) {
     if let Some(s) = slot.take() {
         s.close();
     }
-    let opened = SledStore::open(&shared.data_dir).and_then(|s| {
+    let opened = SledStore::open_with_cache(&shared.data_dir, shared.sled_cache).and_then(|s| {
         let (held, marked) = (s.applied_seq()?, read_checkpoint(&*shared.fs, &shared.dir)?);
         if held < marked {
             return Err(crate::store::sled_store::damaged(

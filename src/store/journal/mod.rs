@@ -184,6 +184,8 @@ struct Shared {
     slow_applier_ms: AtomicU64,
     /// Bytes per journal segment.
     segment_bytes: u64,
+    /// sled's page cache, bytes (`None`: sled's default); kept for a reopen.
+    sled_cache: Option<u64>,
 }
 
 /// How the embedded engine runs (`--checkpoint-interval-ms`, `--journal-segment-bytes`).
@@ -191,11 +193,13 @@ struct Shared {
 pub struct JournalOptions {
     pub checkpoint_every: Duration,
     pub segment_bytes: u64,
+    /// sled's page cache in bytes (`None`: sled's default, 1 GiB).
+    pub sled_cache: Option<u64>,
 }
 
 impl Default for JournalOptions {
     fn default() -> Self {
-        JournalOptions { checkpoint_every: CHECKPOINT_EVERY, segment_bytes: SEGMENT_BYTES }
+        JournalOptions { checkpoint_every: CHECKPOINT_EVERY, segment_bytes: SEGMENT_BYTES, sled_cache: None }
     }
 }
 
@@ -325,6 +329,7 @@ impl Shared {
             #[cfg(test)]
             slow_applier_ms: AtomicU64::new(0),
             segment_bytes,
+            sled_cache: None,
         }
     }
 
@@ -360,15 +365,17 @@ impl JournalStore {
         let checkpoint_every = opts.checkpoint_every;
         let fs: Arc<dyn Fs> = Arc::new(Disk);
         fs.create_dir_durable(dir).map_err(|e| io(dir, e))?;
-        let sled = SledStore::open(dir)?;
+        let sled = SledStore::open_with_cache(dir, opts.sled_cache)?;
         let jdir = dir.join("journal");
         fs.create_dir_durable(&jdir).map_err(|e| io(&jdir, e))?;
         let last_seq = replay(&*fs, &sled, &jdir)?;
         let next_seq = last_seq + 1;
         let (seg, file) = start_journal(&*fs, &jdir, next_seq)?;
         let id_secret = sled.id_secret();
-        let shared =
-            Arc::new(Shared::new(fs, dir, Some(sled), id_secret, last_seq, seg.clone(), opts.segment_bytes));
+        let mut shared =
+            Shared::new(fs, dir, Some(sled), id_secret, last_seq, seg.clone(), opts.segment_bytes);
+        shared.sled_cache = opts.sled_cache;
+        let shared = Arc::new(shared);
         let (tx, rx) = mpsc::channel::<Entry>();
         let (atx, arx) = mpsc::channel::<Handled>();
         let (ctx, crx) = mpsc::channel::<Arc<Memtable>>();
