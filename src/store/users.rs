@@ -536,7 +536,7 @@ impl Users {
         let Some(cur) = guard.current.clone() else { return Ok(()) };
         let (w, table) = idem_write(&cur.idem, rec);
         let change = Change { ledger: cur.tree.ledger.clone(), ..Change::default() };
-        let bytes = cur.bytes + super::cost::idem(&table) - super::cost::idem(&cur.idem);
+        let bytes = (cur.bytes + super::cost::idem(&table)).saturating_sub(super::cost::idem(&cur.idem));
         let next = UserState { idem: table, bytes, ..(*cur).clone() };
         let op = Op::Commit { user: cur.user.clone(), change, sync: None, idem: Some(w) };
         guard.finish(Box::new(op), cur.basis, Some(Arc::new(next))).await
@@ -640,7 +640,7 @@ impl WriteGuard<'_> {
         let (idem, table) = match rec {
             Some(rec) => {
                 let (w, t) = idem_write(&cur.idem, rec);
-                bytes = bytes + super::cost::idem(&t) - super::cost::idem(&cur.idem);
+                bytes = (bytes + super::cost::idem(&t)).saturating_sub(super::cost::idem(&cur.idem));
                 (Some(w), t)
             }
             None => (None, cur.idem.clone()),
