@@ -3,7 +3,10 @@
 # against the PostgreSQL engine on 1 and on 2 nodes sharing one database, in one run. Starts its
 # own PostgreSQL (durable defaults: fsync on, synchronous_commit on) in a temp dir on the
 # project's disk, loopback only; every wrk run is bounded in time; ends with a money check on
-# every user of the shared database.
+# every user of the shared database. In the same run, pgbench on the same server at the same
+# concurrency measures the commit ceiling (a one-row insert per transaction), reported with pfm's
+# PostgreSQL deposits/s as a ratio of it; pg_stat_statements counts the statements and
+# transactions the database ran per deposit.
 # Usage: scripts/bench/nodes_bench.sh [seconds=10]   Env: USERS (default 64), CONNS (default 32),
 # PFM_BIN (default: a release build of pfm).
 set -euo pipefail
@@ -42,10 +45,16 @@ mkdir -p "$WORK/pg"
 PG_PORT=$(free_port)
 as_pg "$PGBIN/initdb -D $WORK/pg/data --auth=trust -U $PGUSER_NAME" >/dev/null
 as_pg "$PGBIN/pg_ctl -D $WORK/pg/data -l $WORK/pg/log -w -t 60 \
-  -o \"-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c max_connections=200\" start" >/dev/null
+  -o \"-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c max_connections=200 \
+  -c shared_preload_libraries=pg_stat_statements\" start" >/dev/null
 ADMIN="postgres://$PGUSER_NAME@127.0.0.1:$PG_PORT/postgres"
 "$PGBIN/psql" -q "$ADMIN" -c "CREATE DATABASE pfm_bench"
 DB="postgres://$PGUSER_NAME@127.0.0.1:$PG_PORT/pfm_bench"
+"$PGBIN/psql" -q "$DB" -c "CREATE EXTENSION pg_stat_statements"
+"$PGBIN/psql" -q "$ADMIN" -c "CREATE DATABASE ceiling"
+CEIL="postgres://$PGUSER_NAME@127.0.0.1:$PG_PORT/ceiling"
+"$PGBIN/psql" -q "$CEIL" -c "CREATE TABLE one_row (id bigserial PRIMARY KEY, v int NOT NULL)"
+echo "INSERT INTO one_row (v) VALUES (1);" >"$WORK/ceiling.sql"
 
 # start NAME ARGS...: one pfm node; its port in $PORT.
 start() {
@@ -102,10 +111,31 @@ for i in range(n):
 print(name, n, conns, f"{rps:.0f}", p99, int(bad))
 PY
 }
+# ceiling: pgbench's one-row insert transactions/s at CONNS clients, a row like run's.
+ceiling() {
+  local tps
+  tps=$("$PGBIN/pgbench" -n -M prepared -c "$CONNS" -j 2 -T "$DUR" -f "$WORK/ceiling.sql" "$CEIL" 2>&1 |
+    awk '/^tps = /{printf "%.0f", $3}')
+  echo "pgbench one-row-insert 1 $CONNS ${tps:-0} 0 0" >>"$ROWS"
+  CEILING_TPS=${tps:-0}
+}
+# pg_counts: statements and committed transactions pfm's database has run so far.
+pg_counts() {
+  "$PGBIN/psql" -qAt "$DB" -c "SELECT (SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s \
+    JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'pfm_bench'), \
+    (SELECT xact_commit FROM pg_stat_database WHERE datname = 'pfm_bench')"
+}
 sleep 1
 run "deposit sled" "$WORK/sled-deposit.lua" "$SLED"
+ceiling
+"$PGBIN/psql" -qAt "$DB" -c "SELECT pg_stat_statements_reset()" >/dev/null
+BEFORE=$(pg_counts)
 run "deposit postgres" "$WORK/pg-deposit.lua" "$PG1"
+AFTER=$(pg_counts)
+DEPOSITS=$(awk '/^RESULT/{for (i = 1; i <= NF; i++) if ($i ~ /^requests=/) {sub("requests=", "", $i); print $i}}' "$WORK/wrk.0")
+PG1_RPS=$(tail -n 1 "$ROWS" | awk '{print $5}')
 run "deposit postgres" "$WORK/pg-deposit.lua" "$PG1" "$PG2"
+PG2_RPS=$(tail -n 1 "$ROWS" | awk '{print $5}')
 run "get_balance sled" "$WORK/sled-balance.lua" "$SLED"
 run "get_balance postgres" "$WORK/pg-balance.lua" "$PG1"
 run "get_balance postgres" "$WORK/pg-balance.lua" "$PG1" "$PG2"
@@ -114,6 +144,16 @@ printf '%-22s %5s %5s %9s %8s %7s\n' endpoint/engine nodes conns req/s p99ms err
 while read -r a b n c rps p99 bad; do
   printf '%-22s %5s %5s %9s %8s %7s\n' "$a $b" "$n" "$c" "$rps" "$(awk "BEGIN{printf \"%.1f\", $p99 / 1000}")" "$bad"
 done <"$ROWS"
+python3 - "$CEILING_TPS" "$PG1_RPS" "$PG2_RPS" "$BEFORE" "$AFTER" "$DEPOSITS" <<'PY'
+import sys
+ceil, one, two = (float(x) for x in sys.argv[1:4])
+(s0, x0), (s1, x1) = (map(int, v.split("|")) for v in sys.argv[4:6])
+n = max(int(sys.argv[6]), 1)
+if ceil > 0:
+    print(f"postgres deposits / pgbench one-row insert: 1 node {one / ceil:.2f}x, 2 nodes {two / ceil:.2f}x")
+print(f"per deposit (1 node, pg_stat_statements): {(s1 - s0) / n:.2f} statements, "
+      f"{(x1 - x0) / n:.2f} transactions")
+PY
 # Money check: every user on the shared database adds up the same on both nodes.
 python3 - "$PG1" "$PG2" "$WORK/pg.json" <<'PY'
 import json, sys
