@@ -7,10 +7,13 @@ use std::sync::Arc;
 use deadpool_postgres::ClientWrapper;
 use uuid::Uuid;
 
+use tokio_postgres::types::ToSql;
+
 use super::sql::{col, pg_err, signed, unsigned};
+use super::txn::{in_order, next};
 use crate::domain::tree::{Account, AccountId, DaySums, TrackRow, Tree};
 use crate::store::codec::{decode, decode_compat};
-use crate::store::{Loaded, StoreError, UserMeta, UserRecord};
+use crate::store::{BoxFuture, Loaded, StoreError, UserMeta, UserRecord};
 
 pub(super) async fn load(c: &ClientWrapper, user_id: &str) -> Result<Option<Loaded>, StoreError> {
     let st =
@@ -21,40 +24,44 @@ pub(super) async fn load(c: &ClientWrapper, user_id: &str) -> Result<Option<Load
     let version = unsigned(col(&row, 0)?)?;
     let user: UserRecord = decode_compat(&col::<Vec<u8>>(&row, 1)?)?;
     let no = signed(user.user_no)?;
-    let st = c.prepare_cached("SELECT body FROM accounts WHERE user_no = $1").await.map_err(pg_err)?;
+    let mut stmts = Vec::with_capacity(4);
+    for sql in [
+        "SELECT body FROM accounts WHERE user_no = $1",
+        "SELECT account, day, body FROM day_rows WHERE user_no = $1 ORDER BY account, day",
+        "SELECT account, day, body FROM tracker_rows WHERE user_no = $1 ORDER BY account, day",
+        "SELECT key, body FROM user_settings WHERE user_no = $1",
+    ] {
+        stmts.push(c.prepare_cached(sql).await.map_err(pg_err)?);
+    }
+    // The tree's four tables in one round trip.
+    let params: [&(dyn ToSql + Sync); 1] = [&no];
+    let mut answers =
+        in_order(stmts.iter().map(|st| Box::pin(c.query(st, &params)) as BoxFuture<'_, _>).collect())
+            .await
+            .into_iter();
+    let a = &mut answers;
+    let (accounts_rows, day_rows, track_rows, doc_rows) = (next(a)?, next(a)?, next(a)?, next(a)?);
     let mut accounts: HashMap<AccountId, Account> = HashMap::new();
-    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+    for row in accounts_rows {
         let a: Account = decode(&col::<Vec<u8>>(&row, 0)?)?;
         accounts.insert(a.uuid, a);
     }
-    let st = c
-        .prepare_cached("SELECT account, day, body FROM day_rows WHERE user_no = $1 ORDER BY account, day")
-        .await
-        .map_err(pg_err)?;
-    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+    for row in day_rows {
         let acc = col::<Uuid>(&row, 0)?.as_u128();
         let sums: DaySums = decode(&col::<Vec<u8>>(&row, 2)?)?;
         if let Some(a) = accounts.get_mut(&acc) {
             a.days.add(col(&row, 1)?, &sums);
         }
     }
-    let st = c
-        .prepare_cached(
-            "SELECT account, day, body FROM tracker_rows WHERE user_no = $1 ORDER BY account, day",
-        )
-        .await
-        .map_err(pg_err)?;
-    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+    for row in track_rows {
         let acc = col::<Uuid>(&row, 0)?.as_u128();
         let r: TrackRow = decode(&col::<Vec<u8>>(&row, 2)?)?;
         if let Some(a) = accounts.get_mut(&acc) {
             a.track.insert(col(&row, 1)?, r);
         }
     }
-    let st =
-        c.prepare_cached("SELECT key, body FROM user_settings WHERE user_no = $1").await.map_err(pg_err)?;
     let mut docs = crate::domain::docs::Docs::new();
-    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+    for row in doc_rows {
         docs.insert(col::<String>(&row, 0)?.into(), Arc::new(decode(&col::<Vec<u8>>(&row, 1)?)?));
     }
     let tree = Tree {
@@ -67,21 +74,34 @@ pub(super) async fn load(c: &ClientWrapper, user_id: &str) -> Result<Option<Load
     Ok(Some((user, tree, version)))
 }
 
-/// The user's delta-sync knowledge and kept idempotent answers, read on `c`.
+/// The user's delta-sync knowledge and kept idempotent answers, read on `c` in one round trip.
 pub(super) async fn load_meta(c: &ClientWrapper, user_no: u64) -> Result<UserMeta, StoreError> {
     let no = signed(user_no)?;
-    let st = c
+    let knowledge_st = c
         .prepare_cached("SELECT max(knowledge) FROM change_rows WHERE user_no = $1")
         .await
         .map_err(pg_err)?;
-    let row = c.query_one(&st, &[&no]).await.map_err(pg_err)?;
-    let knowledge = match row.try_get::<_, Option<i64>>(0).map_err(pg_err)? {
+    let idem_st = c.prepare_cached("SELECT body FROM idem_keys WHERE user_no = $1").await.map_err(pg_err)?;
+    let params: [&(dyn ToSql + Sync); 1] = [&no];
+    let mut answers = in_order(vec![
+        Box::pin(c.query(&knowledge_st, &params)) as BoxFuture<'_, _>,
+        Box::pin(c.query(&idem_st, &params)),
+    ])
+    .await
+    .into_iter();
+    let (knowledge_rows, idem_rows) = (next(&mut answers)?, next(&mut answers)?);
+    let knowledge = match knowledge_rows
+        .first()
+        .map(|r| r.try_get::<_, Option<i64>>(0))
+        .transpose()
+        .map_err(pg_err)?
+        .flatten()
+    {
         Some(k) => unsigned(k)?,
         None => 0,
     };
-    let st = c.prepare_cached("SELECT body FROM idem_keys WHERE user_no = $1").await.map_err(pg_err)?;
     let mut idem = Vec::new();
-    for row in c.query(&st, &[&no]).await.map_err(pg_err)? {
+    for row in idem_rows {
         let body: Vec<u8> = row.try_get(0).map_err(pg_err)?;
         idem.push(decode(&body)?);
     }

@@ -2,9 +2,12 @@
 //! behind when they fail or are cancelled.
 
 use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use deadpool_postgres::{ClientWrapper, Object};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
 
 use super::connect::Stale;
 use super::sql::pg_err;
@@ -63,6 +66,35 @@ impl Txn {
         // cancelled (the database did not answer in time), it is closed, never reused.
         Dirty(Some(obj)).settle("COMMIT").await.map_err(pg_err)
     }
+
+    /// Sends `stmts` and then COMMIT at once (one round trip) and waits for every answer: each
+    /// statement's, in order. A statement that fails aborts the transaction, so the ones after
+    /// it fail too and COMMIT rolls it back; the connection is then clean again. `Err`: COMMIT
+    /// itself failed or was not answered, so the outcome is unknown and the connection is
+    /// closed, never reused.
+    pub(super) async fn commit_with(mut self, stmts: &[Stmt<'_>]) -> Result<Answers, StoreError> {
+        let obj = self.obj.take().ok_or(StoreError::Bug("transaction already finished"))?;
+        let mut dirty = Dirty(Some(obj));
+        let mut answers = {
+            let c = dirty.0.as_deref().ok_or(StoreError::Bug("transaction already finished"))?;
+            let mut fs: Vec<BoxFuture<'_, Result<Vec<Row>, tokio_postgres::Error>>> =
+                Vec::with_capacity(stmts.len() + 1);
+            for s in stmts {
+                fs.push(Box::pin(c.query(&s.st, &s.params)));
+            }
+            fs.push(Box::pin(async move { c.batch_execute("COMMIT").await.map(|()| Vec::new()) }));
+            in_order(fs).await
+        };
+        let committed = answers.pop().ok_or(StoreError::Bug("no answer to COMMIT"))?;
+        match committed {
+            Ok(_) => drop(dirty.0.take()),
+            // A statement's own error says more (a taken id, say); the connection is closed
+            // all the same.
+            Err(_) if answers.iter().any(|a| a.is_err()) => {}
+            Err(e) => return Err(pg_err(e)),
+        }
+        Ok(answers)
+    }
 }
 
 impl Drop for Txn {
@@ -99,4 +131,44 @@ impl Drop for Dirty {
             drop(Object::take(obj));
         }
     }
+}
+
+/// One statement of a transaction: prepared, with its parameters.
+pub(super) struct Stmt<'a> {
+    pub(super) st: Statement,
+    pub(super) params: Vec<&'a (dyn ToSql + Sync)>,
+}
+
+/// Every answer of a pipeline, in the order the statements were sent.
+pub(super) type Answers = Vec<Result<Vec<Row>, tokio_postgres::Error>>;
+
+/// Awaits `fs` together, polling them in order: the first poll of a tokio-postgres call with a
+/// prepared statement sends it, so statements go out in this order, in one write, and the
+/// database runs them in it (`tokio::join!` and the like promise no order).
+pub(super) async fn in_order<'a, T>(mut fs: Vec<BoxFuture<'a, T>>) -> Vec<T> {
+    let mut out: Vec<Option<T>> = fs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in fs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+/// The next answer of a pipeline ([`in_order`]).
+pub(super) fn next(
+    answers: &mut impl Iterator<Item = Result<Vec<Row>, tokio_postgres::Error>>,
+) -> Result<Vec<Row>, StoreError> {
+    answers.next().ok_or(StoreError::Bug("a pipeline answered short"))?.map_err(pg_err)
 }
