@@ -152,8 +152,17 @@ impl Proxy {
                             let commit =
                                 upstream && buf[..n].windows(COMMIT_MSG.len()).any(|w| w == COMMIT_MSG);
                             let mode = if commit { oc.swap(PASS, Ordering::SeqCst) } else { PASS };
-                            if mode == CUT_BEFORE_COMMIT || (!upstream && mute.load(Ordering::SeqCst)) {
+                            if mode == CUT_BEFORE_COMMIT {
                                 break;
+                            }
+                            // Answers are dropped from the COMMIT on, but the connection stays
+                            // up until the database has run it: statements sent with the COMMIT
+                            // are answered before it.
+                            if !upstream && mute.load(Ordering::SeqCst) {
+                                if n == 0 {
+                                    break;
+                                }
+                                continue;
                             }
                             if mode == COMMIT_THEN_CUT {
                                 mute.store(true, Ordering::SeqCst);

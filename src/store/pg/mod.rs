@@ -43,7 +43,7 @@ use read::{load, load_meta, next_user_no, txid_exists};
 use schema::setup;
 pub(super) use sql::chain;
 use sql::{col, pg_err, pool_err, signed, uid, unsigned};
-use txn::{bounded, in_order, Txn, LONG_WAIT, QUERY_WAIT};
+use txn::{bounded, first_within, Txn, LONG_WAIT, QUERY_WAIT};
 use write::commit;
 
 /// Connections per node.
@@ -268,15 +268,12 @@ impl SharedStore for PgStore {
                     .await
                     .map_err(pg_err)?;
                 // BEGIN and the row lock go out together, in this order: one round trip.
-                let mut answers = in_order(vec![
-                    Box::pin(async { c.batch_execute(&begin).await.map(|()| None) }) as BoxFuture<'_, _>,
+                let (began, row) = first_within(
+                    QUERY_WAIT,
+                    Box::pin(c.batch_execute(&begin)),
                     Box::pin(c.query_opt(&st, &[&user_id])),
-                ])
-                .await
-                .into_iter();
-                let (Some(began), Some(row)) = (answers.next(), answers.next()) else {
-                    return Err(StoreError::Bug("no answer to BEGIN or the row lock"));
-                };
+                )
+                .await?;
                 began.map_err(pg_err)?;
                 let locked = match row.map_err(pg_err)? {
                     Some(row) => Some((unsigned(col(&row, 0)?)?, unsigned(col(&row, 1)?)?)),

@@ -172,3 +172,35 @@ pub(super) fn next(
 ) -> Result<Vec<Row>, StoreError> {
     answers.next().ok_or(StoreError::Bug("a pipeline answered short"))?.map_err(pg_err)
 }
+
+/// Sends `a` then `b` (polled in this order, so one round trip) and waits for both answers, but
+/// at most `wait` for `a`'s: `b` may wait longer on its own (a row lock held by another node),
+/// the database's first answer may not (it is not answering at all).
+pub(super) async fn first_within<'f, A, B>(
+    wait: Duration,
+    mut a: BoxFuture<'f, A>,
+    mut b: BoxFuture<'f, B>,
+) -> Result<(A, B), StoreError> {
+    let mut b_out = None;
+    let a_out = tokio::time::timeout(
+        wait,
+        std::future::poll_fn(|cx| {
+            let a_poll = a.as_mut().poll(cx);
+            if b_out.is_none() {
+                if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                    b_out = Some(v);
+                }
+            }
+            a_poll
+        }),
+    )
+    .await
+    .map_err(|_| {
+        StoreError::Unavailable(format!("the database did not answer within {} s", wait.as_secs()))
+    })?;
+    let b_out = match b_out {
+        Some(v) => v,
+        None => b.await,
+    };
+    Ok((a_out, b_out))
+}
