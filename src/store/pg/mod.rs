@@ -260,13 +260,20 @@ impl SharedStore for PgStore {
             let begin = format!("BEGIN; SET LOCAL lock_timeout = '{ms}ms'");
             // The row lock may be held by another node for up to `lock_wait` (then PostgreSQL's
             // lock_timeout answers); past that, the database itself is not answering.
-            let (txn, locked) = bounded(&self.stale, lock_wait + QUERY_WAIT, async {
+            // A connection and the statement (a round trip on a new connection) within the
+            // bound of any first answer: past it the database is not answering.
+            let (txn, st) = bounded(&self.stale, QUERY_WAIT, async {
                 let txn = Txn { obj: Some(self.conn().await?) };
-                let c = txn.c()?;
-                let st = c
+                let st = txn
+                    .c()?
                     .prepare_cached("SELECT user_no, version FROM users WHERE user_id = $1 FOR UPDATE")
                     .await
                     .map_err(pg_err)?;
+                Ok((txn, st))
+            })
+            .await?;
+            let locked = bounded(&self.stale, lock_wait + QUERY_WAIT, async {
+                let c = txn.c()?;
                 // BEGIN and the row lock go out together, in this order: one round trip.
                 let (began, row) = first_within(
                     QUERY_WAIT,
@@ -275,11 +282,10 @@ impl SharedStore for PgStore {
                 )
                 .await?;
                 began.map_err(pg_err)?;
-                let locked = match row.map_err(pg_err)? {
+                Ok(match row.map_err(pg_err)? {
                     Some(row) => Some((unsigned(col(&row, 0)?)?, unsigned(col(&row, 1)?)?)),
                     None => None,
-                };
-                Ok((txn, locked))
+                })
             })
             .await?;
             Ok(Box::new(PgWrite { txn, locked, stale: self.stale.clone() }) as Box<dyn WriteTxn>)
