@@ -11,9 +11,6 @@ library only; talks to 127.0.0.1 only.
 """
 
 import argparse
-import base64
-import hashlib
-import hmac
 import json
 import multiprocessing
 import os
@@ -22,15 +19,10 @@ import socket
 import sys
 import time
 
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from pfm_bench import LUA_DONE, token  # noqa: E402
+
 PREFIX = "mem"
-
-
-def token(secret, user):
-    b = lambda d: base64.urlsafe_b64encode(d).rstrip(b"=").decode()
-    h = b(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-    p = b(json.dumps({"user_id": user, "role": "user", "iat": 1}).encode())
-    s = b(hmac.new(secret.encode(), f"{h}.{p}".encode(), hashlib.sha256).digest())
-    return f"{h}.{p}.{s}"
 
 
 def post(path, tok, body):
@@ -126,16 +118,6 @@ def create(a):
         for uuids in res:
             f.write("".join(u + "\n" for u in uuids))
     print(f"created {a.n} users (4 writes each) in {secs:.1f} s: {a.n / secs:.0f} users/s, {4 * a.n / secs:.0f} writes/s")
-
-
-LUA_DONE = """
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format("RESULT rps=%.1f p50_us=%d p99_us=%d requests=%d non2xx=%d sockerr=%d\\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
-    summary.requests, e.status, e.connect + e.read + e.write + e.timeout))
-end
-"""
 
 
 def lua(a):
